@@ -1,0 +1,59 @@
+// MountOptions: every option tensorfs takes, defined once.
+//
+// The same table feeds `-o name=value` (fstab style), `--name value` flags and
+// `--help`, so an option cannot exist in one form and not the other. Options
+// are parsed into one MountOptions, validated once at start-up, and handed down
+// by const&; nothing reads options from globals.
+//
+// Thread-safety: a MountOptions is a plain value; after validation it is only read.
+#ifndef TENSORFS_CORE_OPTIONS_MOUNT_OPTIONS_H_
+#define TENSORFS_CORE_OPTIONS_MOUNT_OPTIONS_H_
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/util/status.h"
+
+namespace tensorfs {
+
+struct MountOptions {
+  std::string source;      // local directory (later: gs://bucket[/prefix])
+  std::string mountpoint;  // an existing directory
+
+  bool foreground = false;   // -f: stay in the foreground
+  bool fuse_debug = false;   // -d: libfuse's request trace (implies foreground)
+  bool allow_other = false;  // let other users see the mount
+  int max_threads = 16;      // FUSE worker threads
+  double attr_timeout_s = 3600;   // kernel attribute cache lifetime
+  double entry_timeout_s = 3600;  // kernel dentry cache lifetime
+  std::string layer_regex;        // overrides the built-in layer grouping rules
+  std::string log_level = "info";
+};
+
+// One row of the option table.
+struct OptionSpec {
+  std::string_view name;        // "-o name" and "--name" (with '_' spelled '-')
+  std::string_view value_name;  // "" for a flag that takes no value
+  std::string_view help;        // one line, with the default
+  Status (*apply)(MountOptions& options, std::string_view value);
+};
+
+std::span<const OptionSpec> AllMountOptions();
+
+// Applies one option by name. `value` is nullopt when given without "=value".
+Status ApplyMountOption(MountOptions& options, std::string_view name,
+                        std::optional<std::string_view> value);
+
+// Applies a comma-separated -o list ("allow_other,log_level=debug"). A comma
+// inside a value is written "\,".
+Status ApplyMountOptionList(MountOptions& options, std::string_view list);
+
+// Checks the whole struct (source and mount point given and usable, values in
+// range). The message says what to fix.
+Status ValidateMountOptions(const MountOptions& options);
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_OPTIONS_MOUNT_OPTIONS_H_

@@ -1,0 +1,69 @@
+#include "fs/daemon.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace tensorfs {
+
+void Daemon::Start() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    std::perror("tensorfs: pipe");
+    std::exit(1);
+  }
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    std::perror("tensorfs: fork");
+    std::exit(1);
+  }
+  if (pid > 0) {  // parent: relay the verdict
+    ::close(fds[1]);
+    std::string verdict;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) verdict.append(buf, static_cast<size_t>(n));
+    }
+    if (verdict == "OK") std::_Exit(0);
+    if (verdict.empty()) {
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      std::fprintf(stderr, "tensorfs: the background process exited before mounting\n");
+    } else {
+      std::fprintf(stderr, "tensorfs: %s\n", verdict.c_str());
+    }
+    std::_Exit(1);
+  }
+  ::close(fds[0]);
+  pipe_fd_ = fds[1];
+  ::setsid();
+}
+
+void Daemon::Ready() {
+  if (pipe_fd_ < 0) return;
+  (void)!::write(pipe_fd_, "OK", 2);
+  ::close(pipe_fd_);
+  pipe_fd_ = -1;
+  if (::chdir("/") != 0) return;
+  int null_fd = ::open("/dev/null", O_RDWR);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::dup2(null_fd, STDERR_FILENO);
+    if (null_fd > STDERR_FILENO) ::close(null_fd);
+  }
+}
+
+void Daemon::Failed(std::string_view message) {
+  if (pipe_fd_ < 0) return;
+  (void)!::write(pipe_fd_, message.data(), message.size());
+  ::close(pipe_fd_);
+  pipe_fd_ = -1;
+}
+
+}  // namespace tensorfs

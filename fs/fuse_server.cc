@@ -1,0 +1,276 @@
+#define FUSE_USE_VERSION 314
+#include "fs/fuse_server.h"
+
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "fs/errno_map.h"
+
+namespace tensorfs {
+
+// The request handlers. Each decodes, calls the Namespace, replies once.
+struct FuseHandlers {
+  static FuseServer& Server(fuse_req_t req) { return *static_cast<FuseServer*>(fuse_req_userdata(req)); }
+  static Namespace& Ns(fuse_req_t req) { return Server(req).ns_; }
+
+  static void ReplyError(fuse_req_t req, const Status& status) {
+    int err = ToErrno(status);
+    if (err == ENOENT) {
+      spdlog::trace("{}", status.message());
+    } else {
+      spdlog::debug("request failed ({}): {}", std::strerror(err), status.ToString());
+    }
+    fuse_reply_err(req, err);
+  }
+
+  static struct stat StatOf(const NodeAttr& attr) {
+    struct stat st = {};
+    st.st_ino = attr.id.value;
+    st.st_mode = attr.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+    st.st_nlink = attr.is_dir ? 2 : 1;
+    st.st_uid = ::getuid();
+    st.st_gid = ::getgid();
+    st.st_size = static_cast<off_t>(attr.size);
+    st.st_blksize = FuseServer::kMaxRead;
+    st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
+    st.st_mtim.tv_sec = attr.mtime_ns / 1000000000;
+    st.st_mtim.tv_nsec = attr.mtime_ns % 1000000000;
+    st.st_atim = st.st_mtim;
+    st.st_ctim = st.st_mtim;
+    return st;
+  }
+
+  static fuse_entry_param EntryOf(fuse_req_t req, const NodeAttr& attr) {
+    fuse_entry_param e = {};
+    e.ino = attr.id.value;
+    e.generation = 1;
+    e.attr = StatOf(attr);
+    e.attr_timeout = Server(req).options_.attr_timeout_s;
+    e.entry_timeout = Server(req).options_.entry_timeout_s;
+    return e;
+  }
+
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    StatusOr<NodeAttr> attr = Ns(req).Lookup(NodeId{parent}, name);
+    if (!attr.ok() && attr.status().code() == ErrorCode::kNotFound) {
+      // A negative entry: the kernel remembers the name is absent (the namespace
+      // is fixed for the mount's life), so repeated probes cost nothing.
+      fuse_entry_param e = {};
+      e.entry_timeout = Server(req).options_.entry_timeout_s;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+    if (!attr.ok()) return ReplyError(req, attr.status());
+    fuse_entry_param e = EntryOf(req, *attr);
+    fuse_reply_entry(req, &e);
+  }
+
+  static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+    StatusOr<NodeAttr> attr = Ns(req).GetAttr(NodeId{ino});
+    if (!attr.ok()) return ReplyError(req, attr.status());
+    struct stat st = StatOf(*attr);
+    fuse_reply_attr(req, &st, Server(req).options_.attr_timeout_s);
+  }
+
+  // A directory handle holds the listing taken at opendir, so a long readdir
+  // sequence sees one consistent list and costs one copy.
+  struct DirHandle {
+    std::vector<DirEntry> entries;  // with "." and ".." first
+  };
+
+  static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    StatusOr<std::vector<DirEntry>> entries = Ns(req).ReadDir(NodeId{ino});
+    if (!entries.ok()) return ReplyError(req, entries.status());
+    StatusOr<NodeAttr> self = Ns(req).GetAttr(NodeId{ino});
+    if (!self.ok()) return ReplyError(req, self.status());
+    auto handle = std::make_unique<DirHandle>();
+    handle->entries.reserve(entries->size() + 2);
+    handle->entries.push_back(DirEntry{".", *self});
+    handle->entries.push_back(DirEntry{"..", *self});  // the kernel fills in the real parent
+    for (DirEntry& e : *entries) handle->entries.push_back(std::move(e));
+    fi->fh = reinterpret_cast<uint64_t>(handle.release());
+    fi->cache_readdir = 1;
+    fi->keep_cache = 1;
+    fuse_reply_open(req, fi);
+  }
+
+  static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+    delete reinterpret_cast<DirHandle*>(fi->fh);
+    fuse_reply_err(req, 0);
+  }
+
+  static void FillDir(fuse_req_t req, size_t size, off_t offset, fuse_file_info* fi, bool plus) {
+    const auto& entries = reinterpret_cast<DirHandle*>(fi->fh)->entries;
+    std::vector<char> buf(size);
+    size_t used = 0;
+    for (size_t i = static_cast<size_t>(offset); i < entries.size(); ++i) {
+      const DirEntry& entry = entries[i];
+      size_t n;
+      if (plus) {
+        fuse_entry_param e = EntryOf(req, entry.attr);
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, entry.name.c_str(), &e,
+                                   static_cast<off_t>(i + 1));
+      } else {
+        struct stat st = StatOf(entry.attr);
+        n = fuse_add_direntry(req, buf.data() + used, size - used, entry.name.c_str(), &st,
+                              static_cast<off_t>(i + 1));
+      }
+      if (n > size - used) break;
+      used += n;
+    }
+    fuse_reply_buf(req, buf.data(), used);
+  }
+
+  static void ReadDir(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
+    FillDir(req, size, offset, fi, /*plus=*/false);
+  }
+  static void ReadDirPlus(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
+    FillDir(req, size, offset, fi, /*plus=*/true);
+  }
+
+  static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
+    Status status = Ns(req).Open(NodeId{ino});
+    if (!status.ok()) return ReplyError(req, status);
+    fi->keep_cache = 1;  // objects are immutable for the mount's life
+    fi->noflush = 1;
+    fuse_reply_open(req, fi);
+  }
+
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+    Ns(req).Read(NodeId{ino}, static_cast<uint64_t>(offset), size, [req](StatusOr<ReadResult> result) {
+      if (!result.ok()) return ReplyError(req, result.status());
+      std::vector<iovec> iov;
+      iov.reserve(result->pieces.size());
+      for (const auto& piece : result->pieces) {
+        iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
+      }
+      fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
+    });
+  }
+
+  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+
+  static void StatFs(fuse_req_t req, fuse_ino_t) {
+    Namespace::FsStats stats = Ns(req).Stats();
+    struct statvfs sv = {};
+    sv.f_bsize = FuseServer::kMaxRead;
+    sv.f_frsize = 4096;
+    sv.f_blocks = (stats.total_bytes + sv.f_frsize - 1) / sv.f_frsize;
+    sv.f_files = stats.nodes;
+    sv.f_namemax = 1024;  // the longest GCS object name
+    sv.f_flag = ST_RDONLY;
+    fuse_reply_statfs(req, &sv);
+  }
+
+  // Everything that would change the tree.
+  static void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
+  static void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) { ReadOnly(req); }
+  static void MkNod(fuse_req_t req, fuse_ino_t, const char*, mode_t, dev_t) { ReadOnly(req); }
+  static void MkDir(fuse_req_t req, fuse_ino_t, const char*, mode_t) { ReadOnly(req); }
+  static void Unlink(fuse_req_t req, fuse_ino_t, const char*) { ReadOnly(req); }
+  static void SymLink(fuse_req_t req, const char*, fuse_ino_t, const char*) { ReadOnly(req); }
+  static void Rename(fuse_req_t req, fuse_ino_t, const char*, fuse_ino_t, const char*, unsigned) { ReadOnly(req); }
+  static void Link(fuse_req_t req, fuse_ino_t, fuse_ino_t, const char*) { ReadOnly(req); }
+  static void Write(fuse_req_t req, fuse_ino_t, const char*, size_t, off_t, fuse_file_info*) { ReadOnly(req); }
+  static void Create(fuse_req_t req, fuse_ino_t, const char*, mode_t, fuse_file_info*) { ReadOnly(req); }
+  static void SetXattr(fuse_req_t req, fuse_ino_t, const char*, const char*, size_t, int) { ReadOnly(req); }
+  static void RemoveXattr(fuse_req_t req, fuse_ino_t, const char*) { ReadOnly(req); }
+
+  static void Init(void* userdata, fuse_conn_info* conn) {
+    auto& server = *static_cast<FuseServer*>(userdata);
+    conn->max_read = FuseServer::kMaxRead;  // must match the max_read mount option
+    conn->max_readahead = FuseServer::kMaxRead;
+    if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
+    if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+    spdlog::info("mounted {} (kernel FUSE {}.{}, {} worker threads)", server.options_.source, conn->proto_major,
+                 conn->proto_minor, server.options_.max_threads);
+  }
+
+  static const fuse_lowlevel_ops& Ops() {
+    static const fuse_lowlevel_ops ops = [] {
+      fuse_lowlevel_ops o = {};
+      o.init = Init;
+      o.lookup = Lookup;
+      o.getattr = GetAttr;
+      o.setattr = SetAttr;
+      o.mknod = MkNod;
+      o.mkdir = MkDir;
+      o.unlink = Unlink;
+      o.rmdir = Unlink;
+      o.symlink = SymLink;
+      o.rename = Rename;
+      o.link = Link;
+      o.open = Open;
+      o.read = Read;
+      o.write = Write;
+      o.release = Release;
+      o.opendir = OpenDir;
+      o.readdir = ReadDir;
+      o.readdirplus = ReadDirPlus;
+      o.releasedir = ReleaseDir;
+      o.statfs = StatFs;
+      o.setxattr = SetXattr;
+      o.removexattr = RemoveXattr;
+      o.create = Create;
+      return o;
+    }();
+    return ops;
+  }
+};
+
+StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options) {
+  std::unique_ptr<FuseServer> server(new FuseServer(ns, options));
+  std::string fuse_opts = "ro,default_permissions,fsname=" + options.source +
+                          ",subtype=tensorfs,max_read=" + std::to_string(kMaxRead);
+  if (options.allow_other) fuse_opts += ",allow_other";
+  std::vector<std::string> args_storage = {"tensorfs", "-o", fuse_opts};
+  if (options.fuse_debug) args_storage.push_back("-d");
+  std::vector<char*> argv;
+  for (std::string& a : args_storage) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+
+  server->session_ = fuse_session_new(&args, &FuseHandlers::Ops(), sizeof(fuse_lowlevel_ops), server.get());
+  fuse_opt_free_args(&args);
+  if (server->session_ == nullptr) return InternalError("cannot create a FUSE session (see the message above)");
+  if (fuse_set_signal_handlers(server->session_) != 0) return InternalError("cannot install signal handlers");
+  server->signals_set_ = true;
+  if (fuse_session_mount(server->session_, options.mountpoint.c_str()) != 0) {
+    return UnavailableError("cannot mount on " + options.mountpoint +
+                            ": is /dev/fuse available and are you root (or is fuse3 installed)?");
+  }
+  server->mounted_ = true;
+  return server;
+}
+
+Status FuseServer::Run() {
+  fuse_loop_config* config = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(config, 0);
+  fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options_.max_threads));
+  fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(std::min(options_.max_threads, 10)));
+  int rc = fuse_session_loop_mt(session_, config);
+  fuse_loop_cfg_destroy(config);
+  fuse_session_unmount(session_);
+  mounted_ = false;
+  spdlog::info("unmounted {}", options_.mountpoint);
+  // A positive result is the signal that asked us to stop: a clean exit.
+  return rc >= 0 ? OkStatus() : InternalError("FUSE session ended with error " + std::to_string(rc));
+}
+
+FuseServer::~FuseServer() {
+  if (session_ == nullptr) return;
+  if (mounted_) fuse_session_unmount(session_);
+  if (signals_set_) fuse_remove_signal_handlers(session_);
+  fuse_session_destroy(session_);
+}
+
+}  // namespace tensorfs

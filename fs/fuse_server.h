@@ -1,0 +1,49 @@
+// FuseServer: the low-level FUSE adapter. It decodes each kernel request, calls
+// the Namespace, and replies exactly once (a read may reply later, from the
+// thread that completes it). It decides nothing about storage.
+//
+// Life cycle: Mount() (the mount point is live when it returns OK), Run() (serves
+// until unmounted, or until SIGINT/SIGTERM/SIGHUP, then unmounts), destruction.
+// Thread-safety: Run() serves requests on up to options.max_threads threads;
+// the object itself is used from one thread.
+#ifndef TENSORFS_FS_FUSE_SERVER_H_
+#define TENSORFS_FS_FUSE_SERVER_H_
+
+#include <memory>
+
+#include "core/options/mount_options.h"
+#include "core/util/status.h"
+#include "core/vfs/namespace.h"
+
+struct fuse_session;
+
+namespace tensorfs {
+
+class FuseServer {
+ public:
+  // The largest read the kernel sends in one request.
+  static constexpr unsigned kMaxRead = 1 << 20;
+
+  // Mounts `ns` at options.mountpoint. `ns` must outlive the server.
+  static StatusOr<std::unique_ptr<FuseServer>> Mount(Namespace& ns, const MountOptions& options);
+  ~FuseServer();
+
+  // Serves until the file system is unmounted or a signal asks to stop; the
+  // mount point is unmounted when this returns.
+  Status Run();
+
+ private:
+  FuseServer(Namespace& ns, const MountOptions& options) : ns_(ns), options_(options) {}
+
+  Namespace& ns_;
+  const MountOptions& options_;
+  fuse_session* session_ = nullptr;
+  bool mounted_ = false;
+  bool signals_set_ = false;
+
+  friend struct FuseHandlers;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_FS_FUSE_SERVER_H_

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what tensorfs needs to build, test and run its demo on Debian 12.
+# Idempotent and quiet: does nothing when everything is already installed.
+# Run as root.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config clang git ca-certificates
+  libfuse3-dev fuse3
+  libcurl4-openssl-dev libssl-dev openssl curl
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: run as root to install: ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >/dev/null
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,93 @@
+#include "core/options/mount_options.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/support/mount_fixture.h"
+
+namespace tensorfs {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(MountOptionsTest, OptionListSetsFields) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOptionList(o, "allow_other,max_threads=4,log_level=debug,ro").ok());
+  EXPECT_TRUE(o.allow_other);
+  EXPECT_EQ(o.max_threads, 4);
+  EXPECT_EQ(o.log_level, "debug");
+}
+
+TEST(MountOptionsTest, EscapedCommaStaysInValue) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOptionList(o, R"(layer_regex=^(blocks\.[0-9]{1\,3}\.))").ok());
+  EXPECT_EQ(o.layer_regex, R"(^(blocks\.[0-9]{1,3}\.))");
+}
+
+TEST(MountOptionsTest, UnknownOptionSaysWhereToLook) {
+  MountOptions o;
+  Status s = ApplyMountOptionList(o, "allow_other,bogus=1");
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("unknown option 'bogus'"));
+  EXPECT_THAT(s.message(), HasSubstr("--help"));
+}
+
+TEST(MountOptionsTest, ReadWriteIsRefused) {
+  MountOptions o;
+  EXPECT_THAT(ApplyMountOptionList(o, "rw").message(), HasSubstr("read-only"));
+}
+
+TEST(MountOptionsTest, BadNumberNamesRange) {
+  MountOptions o;
+  Status s = ApplyMountOption(o, "max_threads", "lots");
+  EXPECT_THAT(s.message(), HasSubstr("max_threads"));
+  EXPECT_THAT(s.message(), HasSubstr("expected a number"));
+}
+
+TEST(MountOptionsTest, MissingValueShowsForm) {
+  MountOptions o;
+  EXPECT_THAT(ApplyMountOption(o, "log_level", std::nullopt).message(), HasSubstr("log_level=LEVEL"));
+}
+
+TEST(MountOptionsTest, FlagWithValueIsRejected) {
+  MountOptions o;
+  EXPECT_FALSE(ApplyMountOption(o, "allow_other", "yes").ok());
+}
+
+TEST(MountOptionsTest, InvalidRegexIsExplained) {
+  MountOptions o;
+  Status s = ApplyMountOption(o, "layer_regex", "(unclosed");
+  EXPECT_THAT(s.message(), HasSubstr("not a valid regular expression"));
+}
+
+TEST(MountOptionsTest, BadLogLevelListsChoices) {
+  MountOptions o;
+  EXPECT_THAT(ApplyMountOption(o, "log_level", "loud").message(), HasSubstr("trace, debug, info"));
+}
+
+TEST(MountOptionsTest, DebugImpliesForeground) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOption(o, "debug", std::nullopt).ok());
+  EXPECT_TRUE(o.foreground);
+}
+
+TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
+  MountOptions o;
+  EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("missing SOURCE"));
+  o.source = "/tmp";
+  EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("missing MOUNTPOINT"));
+  o.mountpoint = "/nonexistent/mnt";
+  EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("mkdir -p /nonexistent/mnt"));
+  testing::TempDir dir;
+  o.mountpoint = dir.path();
+  EXPECT_TRUE(ValidateMountOptions(o).ok());
+}
+
+TEST(MountOptionsTest, EveryOptionHasHelp) {
+  for (const OptionSpec& spec : AllMountOptions()) {
+    EXPECT_FALSE(spec.help.empty()) << spec.name;
+  }
+}
+
+}  // namespace
+}  // namespace tensorfs

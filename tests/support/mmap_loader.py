@@ -1,0 +1,109 @@
+#!/usr/bin/python3
+"""Loads every tensor of every safetensors file under a directory the way
+safetensors' own loader does: mmap the file, parse the header, copy each tensor
+out of the mapping. With --compare DIR it checks every tensor's bytes against
+the same file under DIR (read with plain read()), and every other file byte for
+byte. Prints one line per file and a summary; exits 1 on any mismatch.
+
+  mmap_loader.py MOUNTED_DIR [--compare SOURCE_DIR] [--order storage|random]
+"""
+import argparse
+import hashlib
+import json
+import mmap
+import os
+import random
+import struct
+import sys
+import time
+
+import numpy as np
+
+
+def tensors_of(mapping):
+    (n,) = struct.unpack("<Q", mapping[:8])
+    header = json.loads(bytes(mapping[8:8 + n]))
+    header.pop("__metadata__", None)
+    return 8 + n, header
+
+
+def load_file(path, order, seed):
+    """Returns {tensor name: sha256 of its bytes} and the bytes copied."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapping:
+            start, header = tensors_of(mapping)
+            names = sorted(header, key=lambda k: header[k]["data_offsets"][0])
+            if order == "random":
+                random.Random(seed).shuffle(names)
+            view = np.frombuffer(mapping, dtype=np.uint8)
+            digests = {}
+            copied = 0
+            for name in names:
+                begin, end = header[name]["data_offsets"]
+                data = view[start + begin:start + end].copy()  # the loader's memcpy
+                digests[name] = hashlib.sha256(data.tobytes()).hexdigest()
+                copied += data.size
+            del view
+    return digests, copied
+
+
+def source_digests(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        out = {}
+        for name, info in header.items():
+            begin, end = info["data_offsets"]
+            f.seek(8 + n + begin)
+            out[name] = hashlib.sha256(f.read(end - begin)).hexdigest()
+    return out
+
+
+def file_digest(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--compare", help="source directory to check the bytes against")
+    parser.add_argument("--order", choices=["storage", "random"], default="storage")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    failures = 0
+    total_tensors = 0
+    total_bytes = 0
+    started = time.monotonic()
+    for root, _, files in sorted(os.walk(args.dir)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, args.dir)
+            if name.endswith(".safetensors"):
+                digests, copied = load_file(path, args.order, args.seed)
+                total_tensors += len(digests)
+                total_bytes += copied
+                verdict = ""
+                if args.compare:
+                    ok = digests == source_digests(os.path.join(args.compare, rel))
+                    failures += not ok
+                    verdict = "  bytes match the source" if ok else "  MISMATCH with the source"
+                print(f"{rel}: {len(digests)} tensors, {copied} bytes loaded by mmap{verdict}")
+            elif args.compare:
+                ok = file_digest(path) == file_digest(os.path.join(args.compare, rel))
+                failures += not ok
+                print(f"{rel}: {'same bytes as the source' if ok else 'MISMATCH with the source'}")
+    seconds = time.monotonic() - started
+    print(f"loaded {total_tensors} tensors, {total_bytes / 1e6:.1f} MB in {seconds:.2f} s; "
+          f"{failures} mismatches")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+// Test support for real mounts: starts the tensorfs binary in the foreground on
+// a fresh mount point, waits until the kernel shows the mount, and always
+// unmounts and reaps it on destruction (so a failed ASSERT leaves no stale mount).
+#ifndef TENSORFS_TESTS_SUPPORT_MOUNT_FIXTURE_H_
+#define TENSORFS_TESTS_SUPPORT_MOUNT_FIXTURE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tensorfs::testing {
+
+// A fresh directory under /tmp, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+// Runs a shell command line and captures its output.
+CommandResult RunCommand(const std::string& command);
+
+// The built tensorfs binary.
+std::string TensorfsBinary();
+
+// True when `path` is a mount point in /proc/self/mountinfo.
+bool IsMounted(const std::string& path);
+
+class TensorfsMount {
+ public:
+  // Runs `tensorfs SOURCE MOUNTPOINT -f ARGS...` and waits up to 10 s for the
+  // mount. Returns nullptr and sets *error (with tensorfs's output) on failure.
+  static std::unique_ptr<TensorfsMount> Start(const std::string& source,
+                                              const std::vector<std::string>& args, std::string* error);
+  ~TensorfsMount();
+
+  const std::string& path() const { return mountpoint_.path(); }
+  pid_t pid() const { return pid_; }
+  // Sends `sig`; true if the process exited and the mount is gone within `timeout`.
+  bool StopWith(int sig, std::chrono::milliseconds timeout);
+  // What tensorfs printed so far.
+  std::string Log() const;
+
+ private:
+  TensorfsMount() = default;
+  TempDir mountpoint_;
+  TempDir scratch_;
+  pid_t pid_ = -1;
+};
+
+}  // namespace tensorfs::testing
+
+#endif  // TENSORFS_TESTS_SUPPORT_MOUNT_FIXTURE_H_
