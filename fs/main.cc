@@ -27,7 +27,8 @@ constexpr char kDescription[] =
     "and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n\n"
-    "SOURCE is a local directory. Options can also be given fstab-style: -o name[=value],...";
+    "SOURCE is a local directory or gs://bucket[/prefix]. Options can also be given fstab-style:\n"
+    "-o name[=value],...";
 
 void SetUpLogging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("tensorfs");
@@ -41,9 +42,7 @@ int Fail(const Status& status) {
   return 1;
 }
 
-int RunInspect(const std::string& source, bool json, const std::string& layer_regex) {
-  MountOptions options;
-  options.source = source;
+int RunInspect(const MountOptions& options, bool json, const std::string& layer_regex) {
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options);
   if (!store.ok()) return Fail(store.status());
   StatusOr<InspectReport> report = Inspect(**store, "", layer_regex);
@@ -58,8 +57,9 @@ int RunMount(const MountOptions& options) {
   Daemon daemon;
   if (!options.foreground) daemon.Start();  // before any thread exists
   auto fail = [&](const Status& status) {
-    daemon.Failed(status.message());
-    return Fail(status);
+    if (options.foreground) return Fail(status);
+    daemon.Failed(status.message());  // the waiting parent prints it
+    return 1;
   };
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options);
   if (!store.ok()) return fail(store.status());
@@ -83,7 +83,7 @@ int Main(int argc, char** argv) {
 
   MountOptions options;
   std::vector<std::pair<std::string, std::optional<std::string>>> given;  // in command-line order
-  app.add_option("SOURCE", options.source, "local directory holding the checkpoint(s)");
+  app.add_option("SOURCE", options.source, "local directory or gs://bucket[/prefix] holding the checkpoint(s)");
   app.add_option("MOUNTPOINT", options.mountpoint, "existing directory to mount on");
   std::vector<std::string> o_lists;
   app.add_option("-o", o_lists, "comma-separated options, as in fstab: -o allow_other,log_level=debug")
@@ -109,10 +109,14 @@ int Main(int argc, char** argv) {
 
   CLI::App* inspect = app.add_subcommand("inspect", "print a checkpoint's files, tensors, dtypes, shapes, "
                                                     "bytes and layer groups; a corrupt file's exact problem");
-  std::string inspect_source;
+  MountOptions inspect_options;
+  std::vector<std::string> inspect_o_lists;
   bool inspect_json = false;
   std::string inspect_regex;
-  inspect->add_option("SOURCE", inspect_source, "checkpoint directory")->required();
+  inspect->add_option("-o", inspect_o_lists, "source options, e.g. -o endpoint=URL,key_file=PATH")
+      ->type_name("OPTS")
+      ->allow_extra_args(false);
+  inspect->add_option("SOURCE", inspect_options.source, "checkpoint directory or gs://bucket/prefix")->required();
   inspect->add_flag("--json", inspect_json, "print JSON for machines");
   inspect->add_option("--layer-regex", inspect_regex, "override the layer grouping (see tensorfs --help)");
 
@@ -121,7 +125,12 @@ int Main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (inspect->parsed()) return RunInspect(inspect_source, inspect_json, inspect_regex);
+  if (inspect->parsed()) {
+    for (const std::string& list : inspect_o_lists) {
+      if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
+    }
+    return RunInspect(inspect_options, inspect_json, inspect_regex);
+  }
 
   for (const std::string& list : o_lists) {
     if (Status s = ApplyMountOptionList(options, list); !s.ok()) return Fail(s);

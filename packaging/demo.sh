@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tensorfs demo: installs what is needed, builds tensorfs, generates a
-# 4-shard Llama-shaped checkpoint, mounts it, lists it, loads every tensor
-# through the mount by mmap (checking the bytes against the source), and
-# unmounts. Run as root on Debian 12.
+# 4-shard Llama-shaped checkpoint, serves it from the project's GCS-compatible
+# test server on 127.0.0.1, mounts gs://demo-bucket/llama-demo through the GCS
+# backend, lists it, loads every tensor through the mount by mmap (checking the
+# bytes against the source), and unmounts. Run as root on Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -15,21 +16,31 @@ ninja -C build/release -j2 tensorfs tensorfs-testdata | grep -vE '^\[[0-9]+/[0-9
 tensorfs=$repo/build/release/fs/tensorfs
 
 work=$(mktemp -d /tmp/tensorfs-demo.XXXXXX)
-src=$work/source
+data=$work/gcs          # each subdirectory is a bucket
+src=$data/demo-bucket   # the objects, as files
 mnt=$work/mnt
 mkdir -p "$src" "$mnt"
+server_pid=
 cleanup() {
   if grep -qs " $mnt " /proc/mounts; then fusermount3 -u "$mnt" || umount -l "$mnt"; fi
+  [[ -z "$server_pid" ]] || kill "$server_pid" 2>/dev/null || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 
-echo "== generating a checkpoint in $src/llama-demo"
+echo "== generating a checkpoint: gs://demo-bucket/llama-demo"
 build/release/tests/support/tensorfs-testdata --arch llama --layers 8 --hidden 512 --intermediate 1408 \
   --vocab 8192 --dtype bf16 --shards 4 --out "$src/llama-demo"
 
-echo "== mounting: tensorfs $src $mnt"
-"$tensorfs" "$src" "$mnt"
+echo "== starting the GCS-compatible test server"
+/usr/bin/python3 tests/support/gcs_test_server.py --data "$data" --port 0 --port-file "$work/port" --quiet &
+server_pid=$!
+for _ in $(seq 100); do [[ -s "$work/port" ]] && break; sleep 0.1; done
+export STORAGE_EMULATOR_HOST=127.0.0.1:$(cat "$work/port")
+echo "   STORAGE_EMULATOR_HOST=$STORAGE_EMULATOR_HOST"
+
+echo "== mounting: tensorfs gs://demo-bucket $mnt"
+"$tensorfs" gs://demo-bucket "$mnt"
 echo "== ls -l $mnt/llama-demo"
 ls -l "$mnt/llama-demo"
 echo "== tensorfs inspect $mnt/llama-demo (first lines)"

@@ -82,6 +82,36 @@ const std::array kOptions = {
                  return InvalidArgumentError("log_level=" + std::string(v) +
                                              ": use trace, debug, info, warn, error or off");
                }},
+    OptionSpec{"endpoint", "URL",
+               "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
+               "$STORAGE_EMULATOR_HOST if set, else https://storage.googleapis.com)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a URL");
+                 o.endpoint = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"key_file", "PATH",
+               "gs:// only: a service-account (or authorized_user) JSON key; default: Application "
+               "Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, the metadata server)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.key_file = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"anonymous", "", "gs:// only: send no credentials (public buckets)",
+               [](MountOptions& o, std::string_view v) { return SetFlag(o.anonymous, v); }},
+    OptionSpec{"retry_deadline", "SECONDS",
+               "gs:// only: how long a request retries transient errors before the read fails with "
+               "EIO (default 120)",
+               [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
+               }},
+    OptionSpec{"stall_timeout", "SECONDS",
+               "gs:// only: abandon (and retry) a response that delivers no bytes for this long "
+               "(default 30)",
+               [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
+               }},
 };
 
 }  // namespace
@@ -129,7 +159,16 @@ Status ApplyMountOptionList(MountOptions& options, std::string_view list) {
 }
 
 Status ValidateMountOptions(const MountOptions& options) {
-  if (options.source.empty()) return InvalidArgumentError("missing SOURCE: give a local directory");
+  if (options.source.empty()) {
+    return InvalidArgumentError("missing SOURCE: give a local directory or gs://bucket[/prefix]");
+  }
+  if (!options.source.starts_with("gs://") &&
+      (!options.endpoint.empty() || !options.key_file.empty() || options.anonymous)) {
+    return InvalidArgumentError("the endpoint, key_file and anonymous options apply to gs:// sources only");
+  }
+  if (options.anonymous && !options.key_file.empty()) {
+    return InvalidArgumentError("give either anonymous or key_file, not both");
+  }
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }

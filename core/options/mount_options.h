@@ -19,7 +19,7 @@
 namespace tensorfs {
 
 struct MountOptions {
-  std::string source;      // local directory (later: gs://bucket[/prefix])
+  std::string source;      // local directory or gs://bucket[/prefix]
   std::string mountpoint;  // an existing directory
 
   bool foreground = false;   // -f: stay in the foreground
@@ -30,6 +30,13 @@ struct MountOptions {
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
   std::string log_level = "info";
+
+  // gs:// sources only.
+  std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)
+  std::string key_file;          // service-account or authorized_user JSON key
+  bool anonymous = false;        // no credentials: public buckets
+  double retry_deadline_s = 120;  // how long a request keeps retrying transient failures
+  double stall_timeout_s = 30;    // a response delivering no bytes this long is abandoned and retried
 };
 
 // One row of the option table.

@@ -1,12 +1,23 @@
 #include "core/store/open_store.h"
 
+#include <chrono>
+
+#include "core/store/gcs/gcs_options.h"
+#include "core/store/gcs/gcs_store.h"
 #include "core/store/local_store.h"
 
 namespace tensorfs {
 
 StatusOr<std::unique_ptr<ObjectStore>> OpenStore(const MountOptions& options) {
   if (options.source.starts_with("gs://")) {
-    return UnimplementedError("gs:// sources are not supported yet: mount a local directory");
+    ASSIGN_OR_RETURN(GcsOptions gcs, ParseGcsUrl(options.source));
+    gcs.endpoint = options.endpoint;
+    gcs.key_file = options.key_file;
+    gcs.anonymous = options.anonymous;
+    gcs.retry_deadline = std::chrono::seconds(static_cast<int64_t>(options.retry_deadline_s));
+    gcs.stall_timeout = std::chrono::seconds(static_cast<int64_t>(options.stall_timeout_s));
+    ASSIGN_OR_RETURN(std::unique_ptr<GcsStore> store, GcsStore::Create(gcs));
+    return std::unique_ptr<ObjectStore>(std::move(store));
   }
   if (options.source.find("://") != std::string::npos) {
     return InvalidArgumentError("unsupported source " + options.source +

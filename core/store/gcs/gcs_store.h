@@ -1,0 +1,116 @@
+// GcsStore: the ObjectStore over Google Cloud Storage's JSON API.
+//
+//   Stat  GET {endpoint}/storage/v1/b/{bucket}/o/{name}
+//   List  GET {endpoint}/storage/v1/b/{bucket}/o?prefix=&delimiter=&maxResults=1000
+//         following nextPageToken to the last page
+//   Read  GET {endpoint}/storage/v1/b/{bucket}/o/{name}?alt=media&generation=G
+//         with "Range: bytes=a-b"; the body lands directly in the caller's span.
+//
+// Names given to the store are relative to GcsOptions::prefix. Objects whose
+// name ends in '/' (the zero-byte "folder" placeholders consoles create) are
+// left out of listings.
+//
+// Every operation runs under a RetryLoop (retry.h): transient failures are
+// retried with jittered backoff until GcsOptions::retry_deadline passes without
+// progress, and a read cut short resumes from its first missing byte. A 401
+// refreshes the access token once. Reads are pinned to the generation they are
+// given: if that generation is gone the read fails with kStale (kNotFound if the
+// object itself was deleted), never returning bytes of another version.
+//
+// With STORAGE_EMULATOR_HOST set (and no -o endpoint or key_file), requests are
+// anonymous, as in Google's client libraries.
+//
+// Thread-safety: all methods may be called concurrently from many threads; each
+// call blocks its thread. The store holds no lock across a request; its shared
+// state is the HttpClient and CredentialsProvider (both thread-safe), atomic
+// counters and a log rate limiter.
+#ifndef TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
+#define TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/store/gcs/credentials.h"
+#include "core/store/gcs/gcs_options.h"
+#include "core/store/gcs/http.h"
+#include "core/store/gcs/log_limiter.h"
+#include "core/store/gcs/retry.h"
+#include "core/store/object_store.h"
+
+namespace tensorfs {
+
+class GcsStore : public ObjectStore {
+ public:
+  // What a test may substitute; anything left empty gets the real one.
+  struct Dependencies {
+    std::unique_ptr<HttpClient> http;                  // default: libcurl
+    std::unique_ptr<CredentialsProvider> credentials;  // default: MakeCredentials(options, *http, *clock)
+    Clock* clock = nullptr;                            // default: SystemClock(); must outlive the store
+    JitterSource jitter;                               // default: DefaultJitter()
+  };
+
+  // Validates `options`, resolves the endpoint and finds credentials (which may
+  // probe the metadata server). Sends no storage request.
+  static StatusOr<std::unique_ptr<GcsStore>> Create(const GcsOptions& options);
+  static StatusOr<std::unique_ptr<GcsStore>> Create(const GcsOptions& options, Dependencies deps);
+
+  ~GcsStore() override;
+
+  StatusOr<ObjectInfo> Stat(std::string_view name) override;
+  StatusOr<Listing> List(std::string_view prefix, std::string_view delimiter) override;
+  Status Read(const ObjectId& object, uint64_t offset, std::span<std::byte> out) override;
+  std::string Describe() const override;
+
+  // Running totals since creation.
+  struct Counters {
+    uint64_t requests = 0;        // HTTP requests sent (storage only, not token requests)
+    uint64_t retries = 0;         // attempts after the first, over all operations
+    uint64_t bytes_received = 0;  // media bytes written into callers' buffers
+  };
+  Counters counters() const;
+
+  const std::string& endpoint() const { return endpoint_; }
+  const CredentialsProvider& credentials() const { return *credentials_; }
+
+ private:
+  GcsStore(const GcsOptions& options, std::string endpoint, Dependencies deps);
+
+  std::string ObjectUrl(std::string_view full_name) const;
+  RequestContext Context(std::string what, std::string_view full_name) const;
+  // Sends `request` with the Authorization header; on a 401 drops the token and
+  // sends it once more. Fails only if no token could be had.
+  StatusOr<HttpResponse> Send(const HttpRequest& request);
+  // Runs one operation's attempts, logging retries (rate-limited).
+  Status RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt);
+  StatusOr<ObjectInfo> StatFullName(const std::string& full_name);
+
+  const GcsOptions options_;
+  const std::string endpoint_;
+  Clock& clock_;
+  JitterSource jitter_;
+  // http_ is declared before credentials_, which calls it, so it is destroyed after.
+  std::unique_ptr<HttpClient> http_;
+  std::unique_ptr<CredentialsProvider> credentials_;
+  LogRateLimiter retry_log_limiter_;
+  std::atomic<uint64_t> requests_{0};
+  std::atomic<uint64_t> retries_{0};
+  std::atomic<uint64_t> bytes_received_{0};
+};
+
+// Converts an object resource (JSON API) to ObjectInfo, with the name made
+// relative to `prefix` (which the object's name must start with). A missing size
+// means 0; "updated" becomes mtime_ns; crc32c is decoded from base64.
+StatusOr<ObjectInfo> ParseObjectResource(const nlohmann::json& resource, std::string_view prefix);
+
+// Parses "bytes a-b/total" (total may be '*'). False if malformed.
+bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last);
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_STORE_GCS_GCS_STORE_H_

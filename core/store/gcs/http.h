@@ -1,0 +1,108 @@
+// HttpClient: the transport under the GCS backend. It performs one HTTP request
+// and reports what happened (a status and headers, or a transport failure, and
+// how many body bytes arrived). It never retries, never sleeps and never decides
+// what a failure means: the retry policy (retry.h) and GcsStore do that.
+//
+// MakeCurlHttpClient() is the libcurl implementation: a pool of easy handles,
+// checked out per request and returned after, all sharing one CURLSH (connection
+// cache, DNS cache, TLS sessions), so connections are reused across threads and
+// up to max_connections transfers run at once. HTTP/2 is negotiated where the
+// server offers it; TLS peer and host verification are always on.
+//
+// Tests substitute a scripted HttpClient (tests/core/store/gcs/fake_http.h).
+//
+// Thread-safety: HttpClient implementations are safe to call from many threads
+// at once; Perform() blocks the caller until the request completes.
+#ifndef TENSORFS_CORE_STORE_GCS_HTTP_H_
+#define TENSORFS_CORE_STORE_GCS_HTTP_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/util/status.h"
+
+namespace tensorfs {
+
+// Response headers keyed by lower-case name. A repeated header keeps its last value.
+using HttpHeaders = std::map<std::string, std::string, std::less<>>;
+
+// What went wrong below HTTP, if anything. Descriptive only; retry.h decides
+// which kinds are worth retrying.
+enum class TransportError {
+  kNone,
+  kConnectFailed,   // DNS failure, connection refused, unreachable
+  kTimeout,         // connect timeout, stall (no bytes for stall_timeout) or overall timeout
+  kConnectionLost,  // reset, closed early, truncated body, HTTP/2 stream error, TLS handshake cut
+  kTls,             // certificate verification or other TLS failure
+  kSinkOverflow,    // the server sent more body bytes than the sink can hold
+  kBodyTooLarge,    // an in-memory body exceeded HttpRequest::max_body_bytes
+  kOther,           // anything else libcurl reports (a malformed URL, out of memory)
+};
+
+std::string_view TransportErrorName(TransportError e);
+
+struct HttpRequest {
+  std::string method = "GET";  // "GET" or "POST"
+  std::string url;
+  std::vector<std::string> headers;  // "Name: value"
+  std::string body;                  // sent for POST
+
+  // When non-empty, a body accepted by `use_sink` is written straight into this
+  // span (no intermediate copy) and HttpResponse::sink_bytes counts the bytes
+  // that landed, from its start; a body that would overflow it stops the transfer
+  // with kSinkOverflow. Any other body goes to HttpResponse::body.
+  std::span<std::byte> sink;
+  // Decides, once the final status and headers are known, whether the body goes
+  // to `sink`. Unset: any 2xx body does.
+  std::function<bool(long status, const HttpHeaders& headers)> use_sink;
+
+  // Zero means the client's default (connect) or none (total).
+  std::chrono::milliseconds connect_timeout{0};
+  std::chrono::milliseconds total_timeout{0};
+  // Bodies kept in memory larger than this stop the transfer with kBodyTooLarge.
+  size_t max_body_bytes = size_t{64} << 20;
+};
+
+struct HttpResponse {
+  TransportError error = TransportError::kNone;
+  int curl_code = 0;          // the CURLcode, 0 when none
+  std::string error_message;  // libcurl's description of `error`
+  long status = 0;            // final HTTP status; 0 if no response line arrived
+  HttpHeaders headers;
+  std::string body;           // the body when it did not go to the sink
+  uint64_t sink_bytes = 0;    // bytes written to the request's sink
+
+  bool transport_ok() const { return error == TransportError::kNone; }
+  // A header value, or "" if absent. `name` must be lower case.
+  std::string_view Header(std::string_view name) const;
+  // One line for messages: "HTTP 503", "connection refused (Failed to connect ...)".
+  std::string Summary() const;
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+  virtual HttpResponse Perform(const HttpRequest& request) = 0;
+};
+
+struct CurlHttpOptions {
+  int max_connections = 64;  // transfers in flight; further callers wait for a handle
+  std::chrono::milliseconds connect_timeout{10000};
+  std::chrono::seconds stall_timeout{30};  // CURLOPT_LOW_SPEED_LIMIT 1 over this time
+  std::string user_agent = "tensorfs/0.1";
+};
+
+// The libcurl client. Fails only if libcurl cannot be initialised.
+StatusOr<std::unique_ptr<HttpClient>> MakeCurlHttpClient(const CurlHttpOptions& options);
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_STORE_GCS_HTTP_H_

@@ -1,0 +1,291 @@
+#include "core/store/gcs/retry.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/store/gcs/log_limiter.h"
+#include "tests/core/store/gcs/fakes.h"
+
+namespace tensorfs {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::tensorfs::testing::FakeClock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+JitterSource Fixed(double v) {
+  return [v] { return v; };
+}
+
+TEST(BackoffTest, FullJitterAtOneFollowsTheCapSequence) {
+  Backoff b(RetryOptions{}, Fixed(1.0));
+  std::vector<int64_t> delays;
+  for (int i = 0; i < 11; ++i) delays.push_back(b.Next().count());
+  EXPECT_THAT(delays, ElementsAre(100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000));
+}
+
+TEST(BackoffTest, JitterScalesTheCap) {
+  Backoff b(RetryOptions{}, Fixed(0.5));
+  EXPECT_EQ(b.Next(), milliseconds(50));
+  EXPECT_EQ(b.Next(), milliseconds(100));
+  EXPECT_EQ(b.Next(), milliseconds(200));
+  Backoff zero(RetryOptions{}, Fixed(0.0));
+  EXPECT_EQ(zero.Next(), milliseconds(0));
+}
+
+TEST(BackoffTest, RandomJitterStaysWithinZeroAndTheCap) {
+  Backoff b(RetryOptions{}, DefaultJitter());
+  int below_half = 0, above_half = 0;
+  for (int round = 0; round < 200; ++round) {
+    b.Reset();
+    for (int i = 0; i < 12; ++i) {
+      const milliseconds cap = b.NextCap();
+      const milliseconds d = b.Next();
+      ASSERT_GE(d.count(), 0);
+      ASSERT_LE(d, cap);
+      (d * 2 < cap ? below_half : above_half)++;
+    }
+  }
+  // Full jitter spreads over the whole interval, not just its top.
+  EXPECT_GT(below_half, 500);
+  EXPECT_GT(above_half, 500);
+}
+
+TEST(BackoffTest, ResetReturnsToTheInitialCap) {
+  Backoff b(RetryOptions{}, Fixed(1.0));
+  b.Next();
+  b.Next();
+  b.Reset();
+  EXPECT_EQ(b.Next(), milliseconds(100));
+}
+
+TEST(RetryLoopTest, RetriesTransientErrorsThenSucceeds) {
+  FakeClock clock;
+  RetryLoop loop(RetryOptions{}, clock, Fixed(0.5));
+  int calls = 0;
+  Status s = loop.Run("read", [&] {
+    return ++calls < 3 ? AttemptResult::Transient(UnavailableError("HTTP 503")) : AttemptResult::Done();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(loop.attempts(), 3);
+  EXPECT_THAT(clock.sleeps(), ElementsAre(milliseconds(50), milliseconds(100)));
+}
+
+TEST(RetryLoopTest, PermanentErrorStopsAtOnceUnchanged) {
+  FakeClock clock;
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  Status s = loop.Run("read", [&] { return AttemptResult::Permanent(NotFoundError("gs://b/o not found")); });
+  EXPECT_EQ(s.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(s.message(), "gs://b/o not found");
+  EXPECT_EQ(loop.attempts(), 1);
+  EXPECT_TRUE(clock.sleeps().empty());
+}
+
+TEST(RetryLoopTest, GivesUpBeforeASleepWouldPassTheDeadline) {
+  FakeClock clock;
+  RetryOptions options;
+  options.deadline = seconds(120);
+  RetryLoop loop(options, clock, Fixed(1.0));
+  Status s = loop.Run("read of bytes 0-99 of gs://b/o",
+                      [&] { return AttemptResult::Transient(UnavailableError("HTTP 503")); });
+  // Sleeps 0.1+0.2+...+25.6 (= 51.1 s) then 30, 30, 30 (= 141.1 s) would pass 120 s:
+  // 11 sleeps, 12 attempts, the last at 111.1 s.
+  EXPECT_EQ(clock.sleeps().size(), 11u);
+  EXPECT_EQ(loop.attempts(), 12);
+  EXPECT_EQ(s.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(s.message(), "read of bytes 0-99 of gs://b/o: gave up after 12 attempts over 111 s: HTTP 503");
+}
+
+TEST(RetryLoopTest, LastErrorATimeoutGivesDeadlineExceeded) {
+  FakeClock clock;
+  RetryOptions options;
+  options.deadline = seconds(1);
+  RetryLoop loop(options, clock, Fixed(1.0));
+  Status s = loop.Run("read", [&] { return AttemptResult::Transient(DeadlineExceededError("timed out")); });
+  EXPECT_EQ(s.code(), ErrorCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("gave up after 4 attempts over 0.7 s: timed out"));
+}
+
+TEST(RetryLoopTest, ZeroDeadlineMeansASingleAttempt) {
+  FakeClock clock;
+  RetryOptions options;
+  options.deadline = milliseconds(0);
+  RetryLoop loop(options, clock, Fixed(1.0));
+  Status s = loop.Run("stat", [&] { return AttemptResult::Transient(UnavailableError("HTTP 500")); });
+  EXPECT_EQ(loop.attempts(), 1);
+  EXPECT_THAT(s.message(), HasSubstr("gave up after 1 attempt over 0.0 s: HTTP 500"));
+}
+
+TEST(RetryLoopTest, ProgressRestartsTheDeadlineAndTheBackoff) {
+  FakeClock clock;
+  RetryOptions options;
+  options.deadline = seconds(1);
+  RetryLoop loop(options, clock, Fixed(1.0));
+  int calls = 0;
+  // Each attempt takes 0.8 s and delivers some bytes before failing: 6 of them
+  // take far longer than the 1 s deadline, but every one made progress.
+  Status s = loop.Run("read", [&] {
+    clock.Advance(milliseconds(800));
+    return ++calls <= 6 ? AttemptResult::Transient(UnavailableError("connection lost"), /*progress=*/true)
+                        : AttemptResult::Done();
+  });
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(loop.attempts(), 7);
+  for (milliseconds d : clock.sleeps()) EXPECT_EQ(d, milliseconds(100));
+}
+
+TEST(RetryLoopTest, ObserverSeesEachRetry) {
+  FakeClock clock;
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  std::vector<std::pair<int, int64_t>> seen;
+  int calls = 0;
+  Status s = loop.Run(
+      "read",
+      [&] { return ++calls < 3 ? AttemptResult::Transient(UnavailableError("HTTP 429")) : AttemptResult::Done(); },
+      [&](int attempt, const Status& error, milliseconds delay) {
+        EXPECT_EQ(error.message(), "HTTP 429");
+        seen.emplace_back(attempt, delay.count());
+      });
+  ASSERT_TRUE(s.ok());
+  EXPECT_THAT(seen, ElementsAre(std::pair(1, 100), std::pair(2, 200)));
+}
+
+RequestContext ContextFor(std::string credentials, bool anonymous = false) {
+  RequestContext c;
+  c.what = "read of bytes 0-99 of gs://b/m.safetensors";
+  c.object_url = "gs://b/m.safetensors";
+  c.bucket = "b";
+  c.credentials = std::move(credentials);
+  c.anonymous = anonymous;
+  return c;
+}
+
+HttpResponse Reply(long code, std::string body = "") {
+  HttpResponse r;
+  r.status = code;
+  r.body = std::move(body);
+  return r;
+}
+
+class NonRetryableStatusTest : public ::testing::TestWithParam<long> {};
+TEST_P(NonRetryableStatusTest, IsPermanent) {
+  AttemptResult r = ClassifyHttpResponse(Reply(GetParam()), ContextFor("anonymous access", true));
+  EXPECT_FALSE(r.status.ok());
+  EXPECT_FALSE(r.retryable);
+}
+INSTANTIATE_TEST_SUITE_P(Codes, NonRetryableStatusTest, ::testing::Values(400, 401, 403, 404, 412, 416, 409));
+
+class RetryableStatusTest : public ::testing::TestWithParam<long> {};
+TEST_P(RetryableStatusTest, IsTransientUnavailable) {
+  AttemptResult r = ClassifyHttpResponse(Reply(GetParam()), ContextFor("anonymous access", true));
+  EXPECT_TRUE(r.retryable);
+  EXPECT_EQ(r.status.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(r.status.message(), "HTTP " + std::to_string(GetParam()));
+}
+INSTANTIATE_TEST_SUITE_P(Codes, RetryableStatusTest, ::testing::Values(408, 429, 500, 502, 503, 504));
+
+TEST(ClassifyHttpResponseTest, TransportFailures) {
+  HttpResponse r;
+  r.error = TransportError::kConnectFailed;
+  r.error_message = "Failed to connect to 127.0.0.1 port 1: Connection refused";
+  AttemptResult a = ClassifyHttpResponse(r, ContextFor("x"));
+  EXPECT_TRUE(a.retryable);
+  EXPECT_EQ(a.status.code(), ErrorCode::kUnavailable);
+  EXPECT_THAT(a.status.message(), HasSubstr("Connection refused"));
+
+  r.error = TransportError::kConnectionLost;
+  EXPECT_TRUE(ClassifyHttpResponse(r, ContextFor("x")).retryable);
+  r.error = TransportError::kTimeout;
+  a = ClassifyHttpResponse(r, ContextFor("x"));
+  EXPECT_TRUE(a.retryable);
+  EXPECT_EQ(a.status.code(), ErrorCode::kDeadlineExceeded);
+  r.error = TransportError::kTls;
+  a = ClassifyHttpResponse(r, ContextFor("x"));
+  EXPECT_FALSE(a.retryable);
+  EXPECT_THAT(a.status.message(), HasSubstr("CA certificates"));
+  r.error = TransportError::kSinkOverflow;
+  EXPECT_FALSE(ClassifyHttpResponse(r, ContextFor("x")).retryable);
+}
+
+TEST(ClassifyHttpResponseTest, ServerMessageIsQuoted) {
+  AttemptResult a = ClassifyHttpResponse(Reply(503, R"({"error":{"code":503,"message":"Backend Error"}})"),
+                                         ContextFor("x"));
+  EXPECT_EQ(a.status.message(), "HTTP 503 (server said: Backend Error)");
+}
+
+TEST(ErrorMappingTest, NotFound) {
+  AttemptResult a = ClassifyHttpResponse(Reply(404), ContextFor("x"));
+  EXPECT_EQ(a.status.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(a.status.message(), "gs://b/m.safetensors not found");
+}
+
+TEST(ErrorMappingTest, NotFoundOfAListingNamesTheBucket) {
+  RequestContext c = ContextFor("x");
+  c.is_listing = true;
+  AttemptResult a = ClassifyHttpResponse(Reply(404), c);
+  EXPECT_EQ(a.status.code(), ErrorCode::kNotFound);
+  EXPECT_THAT(a.status.message(), HasSubstr("bucket gs://b not found"));
+}
+
+TEST(ErrorMappingTest, PinnedGenerationGoneIsStale) {
+  RequestContext c = ContextFor("x");
+  c.generation = Generation{17};
+  for (long code : {404L, 412L}) {
+    AttemptResult a = ClassifyHttpResponse(Reply(code), c);
+    EXPECT_EQ(a.status.code(), ErrorCode::kStale);
+    EXPECT_EQ(a.status.message(), "gs://b/m.safetensors changed while mounted (generation 17 is gone)");
+  }
+}
+
+TEST(ErrorMappingTest, ForbiddenNamesTheServiceAccountAndTheRoleToGrant) {
+  AttemptResult a = ClassifyHttpResponse(
+      Reply(403, R"({"error":{"code":403,"message":"x@y does not have storage.objects.get access"}})"),
+      ContextFor("service account key /path/key.json (client_email x@y)"));
+  EXPECT_EQ(a.status.code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(a.status.message(), HasSubstr("access denied (HTTP 403) to gs://b/m.safetensors"));
+  EXPECT_THAT(a.status.message(), HasSubstr("using service account key /path/key.json (client_email x@y)"));
+  EXPECT_THAT(a.status.message(), HasSubstr("does not have storage.objects.get access"));
+  EXPECT_THAT(a.status.message(), HasSubstr("grant that account roles/storage.objectViewer on gs://b"));
+}
+
+TEST(ErrorMappingTest, UnauthorizedAnonymousSaysToDropAnonymous) {
+  AttemptResult a = ClassifyHttpResponse(Reply(401), ContextFor("anonymous access", true));
+  EXPECT_EQ(a.status.code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(a.status.message(), HasSubstr("using anonymous access"));
+  EXPECT_THAT(a.status.message(), HasSubstr("drop -o anonymous"));
+}
+
+TEST(ErrorMappingTest, UnauthorizedWithCredentialsSaysHowToRenew) {
+  AttemptResult a = ClassifyHttpResponse(Reply(401), ContextFor("the metadata server at 169.254.169.254"));
+  EXPECT_THAT(a.status.message(), HasSubstr("using the metadata server at 169.254.169.254"));
+  EXPECT_THAT(a.status.message(), HasSubstr("gcloud auth application-default login"));
+}
+
+TEST(ErrorMappingTest, RangeNotSatisfiableIsInvalidArgument) {
+  AttemptResult a = ClassifyHttpResponse(Reply(416), ContextFor("x"));
+  EXPECT_EQ(a.status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(a.status.message(), HasSubstr("read of bytes 0-99 of gs://b/m.safetensors"));
+}
+
+TEST(FormatSecondsTest, OneDecimalBelowTen) {
+  EXPECT_EQ(FormatSeconds(milliseconds(1500)), "1.5 s");
+  EXPECT_EQ(FormatSeconds(seconds(120)), "120 s");
+}
+
+TEST(LogRateLimiterTest, OneLinePerIntervalWithASuppressedCount) {
+  FakeClock clock;
+  LogRateLimiter limiter(clock, seconds(1));
+  EXPECT_EQ(limiter.Allow(), std::optional<uint64_t>(0));
+  EXPECT_EQ(limiter.Allow(), std::nullopt);
+  clock.Advance(milliseconds(500));
+  EXPECT_EQ(limiter.Allow(), std::nullopt);
+  EXPECT_EQ(limiter.Allow(), std::nullopt);
+  clock.Advance(milliseconds(500));
+  EXPECT_EQ(limiter.Allow(), std::optional<uint64_t>(3));
+  EXPECT_EQ(limiter.Allow(), std::nullopt);
+}
+
+}  // namespace
+}  // namespace tensorfs
