@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/util/logging.h"
+
 namespace tensorfs {
 
 void Daemon::Start() {
@@ -54,7 +56,9 @@ void Daemon::Ready() {
   if (null_fd >= 0) {
     ::dup2(null_fd, STDIN_FILENO);
     ::dup2(null_fd, STDOUT_FILENO);
-    ::dup2(null_fd, STDERR_FILENO);
+    // Started by systemd (a mount unit runs mount(8), which runs us), stderr is
+    // the journal: keep logging there. Otherwise nobody reads it any more.
+    if (!FdIsJournalStream(STDERR_FILENO)) ::dup2(null_fd, STDERR_FILENO);
     if (null_fd > STDERR_FILENO) ::close(null_fd);
   }
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "fs/errno_map.h"
+#include "fs/stats.h"
 
 namespace tensorfs {
 
@@ -172,6 +173,16 @@ struct FuseHandlers {
     fuse_reply_statfs(req, &sv);
   }
 
+  // The root carries the mount's counters for `tensorfs stats`; nothing else
+  // has extended attributes.
+  static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+    if (ino != FUSE_ROOT_ID || std::strcmp(name, kStatsXattr) != 0) return (void)fuse_reply_err(req, ENODATA);
+    std::string json = Server(req).metrics_.ToJson().dump();
+    if (size == 0) return (void)fuse_reply_xattr(req, json.size());
+    if (size < json.size()) return (void)fuse_reply_err(req, ERANGE);
+    fuse_reply_buf(req, json.data(), json.size());
+  }
+
   // Everything that would change the tree.
   static void ReadOnly(fuse_req_t req) { fuse_reply_err(req, EROFS); }
   static void SetAttr(fuse_req_t req, fuse_ino_t, struct stat*, int, fuse_file_info*) { ReadOnly(req); }
@@ -190,6 +201,9 @@ struct FuseHandlers {
     auto& server = *static_cast<FuseServer*>(userdata);
     conn->max_read = FuseServer::kMaxRead;  // must match the max_read mount option
     conn->max_readahead = FuseServer::kMaxRead;
+    // Let the kernel keep many reads in flight: each waits on the network, not on us.
+    conn->max_background = 64;
+    conn->congestion_threshold = 48;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     spdlog::info("mounted {} (kernel FUSE {}.{}, {} worker threads)", server.options_.source, conn->proto_major,
@@ -220,6 +234,7 @@ struct FuseHandlers {
       o.releasedir = ReleaseDir;
       o.statfs = StatFs;
       o.setxattr = SetXattr;
+      o.getxattr = GetXattr;
       o.removexattr = RemoveXattr;
       o.create = Create;
       return o;
@@ -228,8 +243,9 @@ struct FuseHandlers {
   }
 };
 
-StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options) {
-  std::unique_ptr<FuseServer> server(new FuseServer(ns, options));
+StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options,
+                                                        const Metrics& metrics) {
+  std::unique_ptr<FuseServer> server(new FuseServer(ns, options, metrics));
   std::string fuse_opts = "ro,default_permissions,fsname=" + options.source +
                           ",subtype=tensorfs,max_read=" + std::to_string(kMaxRead);
   if (options.allow_other) fuse_opts += ",allow_other";
@@ -259,6 +275,7 @@ Status FuseServer::Run() {
   fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(std::min(options_.max_threads, 10)));
   int rc = fuse_session_loop_mt(session_, config);
   fuse_loop_cfg_destroy(config);
+  if (on_stopping_) on_stopping_();
   fuse_session_unmount(session_);
   mounted_ = false;
   spdlog::info("unmounted {}", options_.mountpoint);

@@ -9,8 +9,10 @@
 #ifndef TENSORFS_FS_FUSE_SERVER_H_
 #define TENSORFS_FS_FUSE_SERVER_H_
 
+#include <functional>
 #include <memory>
 
+#include "core/metrics/metrics.h"
 #include "core/options/mount_options.h"
 #include "core/util/status.h"
 #include "core/vfs/namespace.h"
@@ -24,22 +26,32 @@ class FuseServer {
   // The largest read the kernel sends in one request.
   static constexpr unsigned kMaxRead = 1 << 20;
 
-  // Mounts `ns` at options.mountpoint. `ns` must outlive the server.
-  static StatusOr<std::unique_ptr<FuseServer>> Mount(Namespace& ns, const MountOptions& options);
+  // Mounts `ns` at options.mountpoint. `ns`, `options` and `metrics` must
+  // outlive the server; the metrics are published for `tensorfs stats`.
+  static StatusOr<std::unique_ptr<FuseServer>> Mount(Namespace& ns, const MountOptions& options,
+                                                     const Metrics& metrics);
   ~FuseServer();
+
+  // `callback` runs on Run()'s thread when the FUSE loop has ended (a signal or
+  // an unmount asked it to) and before the mount point is unmounted: the start
+  // of shutdown, e.g. for systemd's STOPPING=1. Set it before Run().
+  void OnStopping(std::function<void()> callback) { on_stopping_ = std::move(callback); }
 
   // Serves until the file system is unmounted or a signal asks to stop; the
   // mount point is unmounted when this returns.
   Status Run();
 
  private:
-  FuseServer(Namespace& ns, const MountOptions& options) : ns_(ns), options_(options) {}
+  FuseServer(Namespace& ns, const MountOptions& options, const Metrics& metrics)
+      : ns_(ns), options_(options), metrics_(metrics) {}
 
   Namespace& ns_;
   const MountOptions& options_;
+  const Metrics& metrics_;
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;
+  std::function<void()> on_stopping_;
 
   friend struct FuseHandlers;
 };

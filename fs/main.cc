@@ -2,7 +2,6 @@
 //
 //   tensorfs SOURCE MOUNTPOINT [options]
 //   tensorfs inspect SOURCE [--json]
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -12,12 +11,20 @@
 #include <utility>
 #include <vector>
 
+#include "core/engine/read_engine.h"
+#include "core/metrics/metrics.h"
+#include "core/metrics/prometheus.h"
+#include "core/options/mount_helper.h"
 #include "core/options/mount_options.h"
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
+#include "core/util/logging.h"
 #include "core/vfs/namespace.h"
 #include "fs/daemon.h"
 #include "fs/fuse_server.h"
+#include "fs/mount_recovery.h"
+#include "fs/service_notifier.h"
+#include "fs/stats.h"
 
 namespace tensorfs {
 namespace {
@@ -26,16 +33,10 @@ constexpr char kDescription[] =
     "tensorfs mounts a directory of safetensors checkpoints read-only, for loaders that open, read "
     "and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
-    "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n\n"
+    "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
+    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n\n"
     "SOURCE is a local directory or gs://bucket[/prefix]. Options can also be given fstab-style:\n"
     "-o name[=value],...";
-
-void SetUpLogging(const std::string& level) {
-  auto logger = spdlog::stderr_color_mt("tensorfs");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
-  spdlog::set_level(spdlog::level::from_str(level));
-}
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tensorfs: %s\n", status.message().c_str());
@@ -63,20 +64,80 @@ int RunMount(const MountOptions& options) {
   };
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options);
   if (!store.ok()) return fail(store.status());
-  Namespace ns(**store);
+  Metrics metrics;
+  ReadEngine engine(**store, options.engine, metrics);
+  Namespace ns(**store, engine);
   if (Status s = ns.CheckReachable(); !s.ok()) return fail(s);
-  StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options);
+  StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);
   if (!server.ok()) return fail(server.status());
-  daemon.Ready();
-  Status status = (*server)->Run();
-  if (!status.ok()) {
-    spdlog::error("{}", status.message());
-    return 1;
+  std::unique_ptr<PrometheusServer> prometheus;
+  if (options.prometheus_port != 0) {
+    StatusOr<std::unique_ptr<PrometheusServer>> started = PrometheusServer::Start(metrics, options.prometheus_port);
+    if (!started.ok()) {
+      server->reset();  // unmount before the waiting parent reports the failure
+      return fail(started.status());
+    }
+    prometheus = std::move(*started);
+    spdlog::info("serving metrics at http://127.0.0.1:{}/metrics", prometheus->port());
   }
+  ServiceNotifier notifier(options.source, options.mountpoint);  // systemd: READY=1, STOPPING=1
+  (*server)->OnStopping([&notifier] { notifier.Stopping(); });
+  daemon.Ready();
+  notifier.NotifyWhenServing();
+  Status status = (*server)->Run();
+  if (!status.ok()) spdlog::error("{}", status.message());
+  // Unmounted. Fetches still retrying against a slow server hold nothing worth
+  // waiting for (the mount is read-only): leave without joining them.
+  spdlog::default_logger()->flush();
+  std::_Exit(status.ok() ? 0 : 1);
+}
+
+int RunStats(const std::string& mountpoint, bool json) {
+  StatusOr<nlohmann::json> stats = ReadMountStats(mountpoint);
+  if (!stats.ok()) return Fail(stats.status());
+  std::string text = json ? stats->dump(2) + "\n" : RenderStatsText(*stats);
+  std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }
 
+// What `tensorfs SOURCE DIR` and mount.tensorfs share once options are parsed.
+int ValidateAndMount(const MountOptions& options) {
+  SetUpLogging(options.log_level);
+  // A mount point left dead by a tensorfs that was killed would fail validation.
+  if (StatusOr<bool> recovered = RecoverDeadMountPoint(options.mountpoint); !recovered.ok()) {
+    return Fail(recovered.status());
+  }
+  if (Status s = ValidateMountOptions(options); !s.ok()) {
+    std::fprintf(stderr, "tensorfs: %s\nRun tensorfs --help for usage.\n", s.message().c_str());
+    return 1;
+  }
+  return RunMount(options);
+}
+
+// mount(8) runs /sbin/mount.tensorfs SOURCE DIR [-sfnv] [-o OPTIONS] for
+// `mount -t tensorfs` and fstab lines; see core/options/mount_helper.h.
+int RunMountHelper(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  StatusOr<MountHelperArgs> helper = ParseMountHelperArgs(args);
+  if (!helper.ok()) return Fail(helper.status());
+  for (const std::string& warning : helper->warnings) std::fprintf(stderr, "mount.tensorfs: %s\n", warning.c_str());
+  if (helper->verbose) {
+    std::fprintf(stderr, "mount.tensorfs: tensorfs %s %s -o %s\n", helper->source.c_str(),
+                 helper->mountpoint.c_str(), helper->options.c_str());
+  }
+  MountOptions options;
+  options.source = helper->source;
+  options.mountpoint = helper->mountpoint;
+  if (Status s = ApplyMountOptionList(options, helper->options); !s.ok()) return Fail(s);
+  if (helper->fake) {  // mount -f: check everything, mount nothing
+    if (Status s = ValidateMountOptions(options); !s.ok()) return Fail(s);
+    return 0;
+  }
+  return ValidateAndMount(options);
+}
+
 int Main(int argc, char** argv) {
+  if (argc > 0 && IsMountHelperInvocation(argv[0])) return RunMountHelper(argc, argv);
   CLI::App app(kDescription, "tensorfs");
   app.set_help_flag("-h,--help", "print this help and exit");
   app.require_subcommand(0, 1);
@@ -120,11 +181,19 @@ int Main(int argc, char** argv) {
   inspect->add_flag("--json", inspect_json, "print JSON for machines");
   inspect->add_option("--layer-regex", inspect_regex, "override the layer grouping (see tensorfs --help)");
 
+  CLI::App* stats = app.add_subcommand("stats", "print a mount's counters: requests issued, bytes fetched "
+                                                "and served, cache hits, misses and evictions, fetch latency");
+  std::string stats_mountpoint;
+  bool stats_json = false;
+  stats->add_option("MOUNTPOINT", stats_mountpoint, "a tensorfs mount point")->required();
+  stats->add_flag("--json", stats_json, "print JSON for machines");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
   if (inspect->parsed()) {
     for (const std::string& list : inspect_o_lists) {
       if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
@@ -138,12 +207,7 @@ int Main(int argc, char** argv) {
   for (const auto& [name, value] : given) {
     if (Status s = ApplyMountOption(options, name, value); !s.ok()) return Fail(s);
   }
-  if (Status s = ValidateMountOptions(options); !s.ok()) {
-    std::fprintf(stderr, "tensorfs: %s\nRun tensorfs --help for usage.\n", s.message().c_str());
-    return 1;
-  }
-  SetUpLogging(options.log_level);
-  return RunMount(options);
+  return ValidateAndMount(options);
 }
 
 }  // namespace

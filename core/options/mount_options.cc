@@ -22,6 +22,24 @@ Status ParseNumber(std::string_view name, std::string_view value, double min, do
   return OkStatus();
 }
 
+// "8M", "2G", "512MiB", "1048576": bytes.
+Status ParseSize(std::string_view name, std::string_view value, uint64_t& out) {
+  uint64_t n = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  std::string_view unit(ptr, value.data() + value.size() - ptr);
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  if (unit == "K" || unit == "KiB") scale = 1ull << 10;
+  if (unit == "M" || unit == "MiB") scale = 1ull << 20;
+  if (unit == "G" || unit == "GiB") scale = 1ull << 30;
+  if (ec != std::errc() || ptr == value.data() || scale == 0 || n > (UINT64_MAX >> 30)) {
+    return InvalidArgumentError("option " + std::string(name) + "=" + std::string(value) +
+                                ": expected a size such as 512M or 2G (units K, M, G)");
+  }
+  out = n * scale;
+  return OkStatus();
+}
+
 Status SetFlag(bool& field, std::string_view value) {
   if (!value.empty()) return InvalidArgumentError("takes no value");
   field = true;
@@ -71,6 +89,26 @@ const std::array kOptions = {
                  o.layer_regex = std::string(v);
                  return OkStatus();
                }},
+    OptionSpec{"cache_size", "SIZE",
+               "memory for cached chunks, e.g. 4G; the whole mount stays within it plus ~128 MiB "
+               "(default 2G)",
+               [](MountOptions& o, std::string_view v) { return ParseSize("cache_size", v, o.engine.cache_size); }},
+    OptionSpec{"chunk_size", "SIZE",
+               "largest range request; small tensors are fetched together up to it, larger ones in "
+               "parallel pieces (default 8M)",
+               [](MountOptions& o, std::string_view v) { return ParseSize("chunk_size", v, o.engine.chunk_size); }},
+    OptionSpec{"max_fetches", "N", "range requests in flight at once (default 32)",
+               [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("max_fetches", v, 1, 1024, n));
+                 o.engine.max_fetches = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{"prefetch_window", "SIZE",
+               "how far ahead of a sequential reader to fetch, in storage order (default 256M)",
+               [](MountOptions& o, std::string_view v) {
+                 return ParseSize("prefetch_window", v, o.engine.prefetch_window);
+               }},
     OptionSpec{"log_level", "LEVEL", "trace, debug, info, warn, error or off (default info)",
                [](MountOptions& o, std::string_view v) {
                  for (std::string_view level : {"trace", "debug", "info", "warn", "error", "off"}) {
@@ -81,6 +119,16 @@ const std::array kOptions = {
                  }
                  return InvalidArgumentError("log_level=" + std::string(v) +
                                              ": use trace, debug, info, warn, error or off");
+               }},
+    OptionSpec{"prometheus_port", "PORT",
+               "serve the mount's metrics in the Prometheus text format at "
+               "http://127.0.0.1:PORT/metrics (default: off)",
+               [](MountOptions& o, std::string_view v) {
+                 double port = 0;
+                 RETURN_IF_ERROR(ParseNumber("prometheus_port", v, 1, 65535, port));
+                 if (port != static_cast<int>(port)) return InvalidArgumentError("a port is a whole number");
+                 o.prometheus_port = static_cast<int>(port);
+                 return OkStatus();
                }},
     OptionSpec{"endpoint", "URL",
                "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
@@ -172,6 +220,7 @@ Status ValidateMountOptions(const MountOptions& options) {
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }
+  RETURN_IF_ERROR(options.engine.Validate());
   struct stat st;
   if (::stat(options.mountpoint.c_str(), &st) != 0) {
     return InvalidArgumentError("mount point " + options.mountpoint +

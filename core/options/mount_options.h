@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/engine/read_engine.h"
 #include "core/util/status.h"
 
 namespace tensorfs {
@@ -29,7 +30,9 @@ struct MountOptions {
   double attr_timeout_s = 3600;   // kernel attribute cache lifetime
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
+  EngineOptions engine;           // chunk size, cache size, parallelism, prefetch
   std::string log_level = "info";
+  int prometheus_port = 0;  // serve GET /metrics on 127.0.0.1:port; 0: off
 
   // gs:// sources only.
   std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)

@@ -4,13 +4,7 @@
 
 namespace tensorfs {
 
-size_t ReadResult::size() const {
-  size_t n = 0;
-  for (const auto& piece : pieces) n += piece.size();
-  return n;
-}
-
-Namespace::Namespace(ObjectStore& store) : store_(store) {
+Namespace::Namespace(ObjectStore& store, ReadEngine& engine) : store_(store), engine_(engine) {
   MutexLock lock(mu_);
   Node root;
   root.is_dir = true;
@@ -49,9 +43,13 @@ Status Namespace::EnsureListed(NodeId dir) {
   }
   // Listed without the lock: concurrent first listings of one directory may
   // both ask the store; the first to finish publishes its result.
+  engine_.metrics().metadata_requests.fetch_add(1, std::memory_order_relaxed);
   StatusOr<Listing> listing = store_.List(prefix, "/");
   if (!listing.ok()) {
     return listing.status().WithContext("cannot list " + store_.Describe() + "/" + prefix);
+  }
+  for (const ObjectInfo& object : listing->objects) {
+    if (object.name.ends_with(".safetensors")) engine_.PrefetchHead(object);
   }
   MutexLock lock(mu_);
   Node& node = *nodes_[dir.value - 1];
@@ -120,19 +118,7 @@ void Namespace::Read(NodeId id, uint64_t offset, size_t size, ReadDone done) {
     if ((*node)->is_dir) return done(InvalidArgumentError("is a directory"));
     object = (*node)->object;
   }
-  uint64_t length = offset >= object.size ? 0 : std::min<uint64_t>(size, object.size - offset);
-  auto buffer = std::make_shared<std::vector<std::byte>>(length);
-  if (length > 0) {
-    Status status = store_.Read(object.id(), offset, *buffer);
-    if (!status.ok()) {
-      return done(status.WithContext("read of " + std::to_string(length) + " bytes at " +
-                                     std::to_string(offset) + " of " + object.name));
-    }
-  }
-  ReadResult result;
-  result.pieces.emplace_back(buffer->data(), buffer->size());
-  result.owner = std::move(buffer);
-  done(std::move(result));
+  engine_.Read(object, offset, size, std::move(done));
 }
 
 Namespace::FsStats Namespace::Stats() const {

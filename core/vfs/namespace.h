@@ -2,7 +2,10 @@
 // ObjectStore's listings, with the stable node numbers the kernel refers to.
 //
 // Who calls it: the fs/ adapter, one call per FUSE request. Each call returns a
-// Status the adapter turns into an errno, or calls `done` with the bytes.
+// Status the adapter turns into an errno, or calls `done` with the bytes. Reads
+// go through the ReadEngine; when a directory holding safetensors files is
+// listed, their headers are prefetched in parallel, since a loader that lists
+// a checkpoint opens every shard next.
 //
 // Directories are listed once, on first use, and kept for the mount's life:
 // objects are immutable per generation, and a mount shows one version of them.
@@ -25,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/read_engine.h"
+#include "core/engine/read_result.h"
 #include "core/store/object_store.h"
 #include "core/util/status.h"
 #include "core/util/thread_annotations.h"
@@ -49,19 +54,10 @@ struct DirEntry {
   NodeAttr attr;
 };
 
-// The bytes of one read: `pieces` point into memory that `owner` keeps alive,
-// so the adapter can hand them to the kernel without copying.
-struct ReadResult {
-  std::shared_ptr<const void> owner;
-  std::vector<std::span<const std::byte>> pieces;
-  size_t size() const;
-};
-using ReadDone = std::function<void(StatusOr<ReadResult>)>;
-
 class Namespace {
  public:
-  // `store` must outlive the Namespace.
-  explicit Namespace(ObjectStore& store);
+  // `store` and `engine` must outlive the Namespace.
+  Namespace(ObjectStore& store, ReadEngine& engine);
 
   // Lists the root once, so a source that cannot be listed fails at mount time
   // rather than on the first `ls`.
@@ -101,6 +97,7 @@ class Namespace {
   NodeId AddNode(Node node) REQUIRES(mu_);
 
   ObjectStore& store_;
+  ReadEngine& engine_;
   mutable Mutex mu_;
   std::vector<std::unique_ptr<Node>> nodes_ GUARDED_BY(mu_);  // index = id - 1
   uint64_t total_bytes_ GUARDED_BY(mu_) = 0;

@@ -14,6 +14,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/engine/chunk_plan.h"
+#include "core/safetensors/header.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
@@ -81,7 +83,9 @@ class GcsMountTest : public ::testing::Test {
     delete data_;
   }
   void SetUp() override {
-    if (!server_->running()) ASSERT_TRUE(server_->Restart());
+    if (!server_->running()) {
+      ASSERT_TRUE(server_->Restart());
+    }
     ASSERT_TRUE(server_->ClearFaults());
     ASSERT_TRUE(server_->ResetStats());
   }
@@ -261,6 +265,48 @@ TEST(GcsMountAuthTest, ServiceAccountKeyFileMounts) {
   ASSERT_NE(mount, nullptr) << error;
   EXPECT_EQ(ReadWhole(mount->path() + "/weights.bin"), "secret bytes");
   EXPECT_GE(server->Stats()["token_requests"].get<int>(), 1);
+}
+
+}  // namespace
+}  // namespace tensorfs
+
+namespace tensorfs {
+namespace {
+
+// A loader mmaps a shard through the mount and copies every tensor out (the
+// first page, the last page, then the rest, as glibc's memcpy does): the
+// server sees no more range requests than the chunk plan has chunks, and no
+// byte twice.
+TEST(GcsMountPlanTest, MmapLoaderIssuesNoMoreRequestsThanThePlan) {
+  testing::TempDir data;
+  testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
+                          .vocab = 4096, .dtype = Dtype::BF16};
+  auto written = testing::WriteCheckpoint(spec, {.num_shards = 1, .dir = data.path() + "/bkt/m"});
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  const std::string shard = data.path() + "/bkt/m/model.safetensors";
+  const std::string bytes = ReadWhole(shard);
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto mount = TensorfsMount::Start(
+      "gs://bkt/m", {"-o", "anonymous,chunk_size=1M,cache_size=256M,prefetch_window=64M,max_fetches=8,endpoint=" + server->endpoint()},
+      &error);
+  ASSERT_NE(mount, nullptr) << error;
+  ASSERT_TRUE(server->ResetStats());
+
+  auto result = RunCommand("/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " + mount->path() +
+                           " --compare " + data.path() + "/bkt/m");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+
+  auto header = ParseSafetensorsFile("model.safetensors", std::as_bytes(std::span(bytes)));
+  ASSERT_TRUE(header.ok());
+  ChunkPlan plan = ChunkPlan::ForSafetensors(*header, bytes.size(), 256 << 10, 1 << 20);
+  auto stats = server->Stats();
+  int media = stats["media_requests"].get<int>();
+  // The loader also reads the small JSON files once each.
+  EXPECT_LE(media, static_cast<int>(plan.size()) + 4) << "plan has " << plan.size() << " chunks";
+  EXPECT_LE(stats["bytes_served"].get<uint64_t>(), fsys::file_size(shard) + (1 << 20));
+  EXPECT_GE(bytes.size(), 30u << 20) << "a file large enough to matter";
 }
 
 }  // namespace

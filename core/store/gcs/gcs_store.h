@@ -39,9 +39,9 @@
 #include "core/store/gcs/credentials.h"
 #include "core/store/gcs/gcs_options.h"
 #include "core/store/gcs/http.h"
-#include "core/store/gcs/log_limiter.h"
 #include "core/store/gcs/retry.h"
 #include "core/store/object_store.h"
+#include "core/util/log_limiter.h"
 
 namespace tensorfs {
 

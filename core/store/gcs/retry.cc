@@ -4,18 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 namespace tensorfs {
 namespace {
-
-class RealClock : public Clock {
- public:
-  TimePoint Now() override { return std::chrono::steady_clock::now(); }
-  void Sleep(std::chrono::nanoseconds duration) override { std::this_thread::sleep_for(duration); }
-};
 
 std::string WithServerMessage(std::string text, const HttpResponse& r) {
   std::string m = ServerErrorMessage(r.body);
@@ -24,11 +17,6 @@ std::string WithServerMessage(std::string text, const HttpResponse& r) {
 }
 
 }  // namespace
-
-Clock& SystemClock() {
-  static RealClock* clock = new RealClock();
-  return *clock;
-}
 
 JitterSource DefaultJitter() {
   return [] {

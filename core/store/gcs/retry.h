@@ -1,7 +1,7 @@
 // The retry policy of the GCS backend, kept apart from the transport so it can
 // be tested with a fake clock and no real sleeps.
 //
-//  - Clock: Now() and Sleep(), injected; SystemClock() is the real one.
+//  - Clock (core/util/clock.h): Now() and Sleep(), injected; SystemClock() is the real one.
 //  - Backoff: exponential backoff with full jitter (initial 100 ms, x2, capped at
 //    30 s), as Google's client libraries do.
 //  - RetryLoop: runs one operation's attempts until success, a permanent error,
@@ -26,22 +26,11 @@
 #include <string_view>
 
 #include "core/store/gcs/http.h"
+#include "core/util/clock.h"
 #include "core/util/status.h"
 #include "core/util/types.h"
 
 namespace tensorfs {
-
-// Time for retries, token expiry and log rate limits.
-class Clock {
- public:
-  using TimePoint = std::chrono::steady_clock::time_point;
-  virtual ~Clock() = default;
-  virtual TimePoint Now() = 0;
-  virtual void Sleep(std::chrono::nanoseconds duration) = 0;
-};
-
-// The process-wide steady clock, sleeping for real.
-Clock& SystemClock();
 
 // Returns a uniformly distributed value in [0, 1]. Injected so tests can pin
 // the jitter; DefaultJitter() is a thread-safe pseudo-random source.

@@ -83,6 +83,19 @@ TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
   EXPECT_TRUE(ValidateMountOptions(o).ok());
 }
 
+TEST(MountOptionsTest, PrometheusPortIsOffByDefaultAndTakesAPortNumber) {
+  MountOptions o;
+  EXPECT_EQ(o.prometheus_port, 0);
+  ASSERT_TRUE(ApplyMountOptionList(o, "prometheus_port=9400").ok());
+  EXPECT_EQ(o.prometheus_port, 9400);
+  for (const char* bad : {"0", "65536", "http", "94.5", "-1"}) {
+    Status s = ApplyMountOption(o, "prometheus_port", bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("prometheus_port")) << bad;
+  }
+  EXPECT_THAT(ApplyMountOption(o, "prometheus_port", std::nullopt).message(), HasSubstr("prometheus_port=PORT"));
+}
+
 TEST(MountOptionsTest, EveryOptionHasHelp) {
   for (const OptionSpec& spec : AllMountOptions()) {
     EXPECT_FALSE(spec.help.empty()) << spec.name;

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
@@ -19,10 +21,9 @@ class NamespaceTest : public ::testing::Test {
     store_.Put("llama/tokenizer.json", "tok");
   }
   StatusOr<ReadResult> ReadSync(NodeId id, uint64_t off, size_t size) {
-    std::optional<StatusOr<ReadResult>> out;
-    ns_.Read(id, off, size, [&](StatusOr<ReadResult> r) { out.emplace(std::move(r)); });
-    EXPECT_TRUE(out.has_value()) << "done not called";
-    return std::move(*out);
+    std::promise<StatusOr<ReadResult>> result;
+    ns_.Read(id, off, size, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
+    return result.get_future().get();
   }
   static std::string Bytes(const ReadResult& r) {
     std::string s;
@@ -30,7 +31,11 @@ class NamespaceTest : public ::testing::Test {
     return s;
   }
   testing::MemoryStore store_;
-  Namespace ns_{store_};
+  Metrics metrics_;
+  ReadEngine engine_{store_, EngineOptions{.chunk_size = 64 << 10, .cache_size = 1 << 20, .max_fetches = 2,
+                                           .prefetch_window = 256 << 10},
+                     metrics_};
+  Namespace ns_{store_, engine_};
 };
 
 std::vector<std::string> EntryNames(const std::vector<DirEntry>& entries) {

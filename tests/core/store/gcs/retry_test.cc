@@ -3,7 +3,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/store/gcs/log_limiter.h"
 #include "tests/core/store/gcs/fakes.h"
 
 namespace tensorfs {
@@ -272,19 +271,6 @@ TEST(ErrorMappingTest, RangeNotSatisfiableIsInvalidArgument) {
 TEST(FormatSecondsTest, OneDecimalBelowTen) {
   EXPECT_EQ(FormatSeconds(milliseconds(1500)), "1.5 s");
   EXPECT_EQ(FormatSeconds(seconds(120)), "120 s");
-}
-
-TEST(LogRateLimiterTest, OneLinePerIntervalWithASuppressedCount) {
-  FakeClock clock;
-  LogRateLimiter limiter(clock, seconds(1));
-  EXPECT_EQ(limiter.Allow(), std::optional<uint64_t>(0));
-  EXPECT_EQ(limiter.Allow(), std::nullopt);
-  clock.Advance(milliseconds(500));
-  EXPECT_EQ(limiter.Allow(), std::nullopt);
-  EXPECT_EQ(limiter.Allow(), std::nullopt);
-  clock.Advance(milliseconds(500));
-  EXPECT_EQ(limiter.Allow(), std::optional<uint64_t>(3));
-  EXPECT_EQ(limiter.Allow(), std::nullopt);
 }
 
 }  // namespace

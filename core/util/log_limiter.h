@@ -1,16 +1,21 @@
 // LogRateLimiter: lets at most one log line through per interval on a hot path
-// (retry warnings, say) and counts the ones it held back, so the next line can
-// say "(12 similar suppressed)".
+// (retry warnings, failed reads) and counts the ones it held back, so the next
+// line can say "[12 similar warnings suppressed]". Use one limiter per kind of line:
+//
+//   if (std::optional<uint64_t> suppressed = limiter_.Allow()) {
+//     spdlog::warn("{}: {}{}", what, error, SuppressedSuffix(*suppressed));
+//   }
 //
 // Thread-safety: Allow() may be called from any thread. mu_ is a leaf lock.
-#ifndef TENSORFS_CORE_STORE_GCS_LOG_LIMITER_H_
-#define TENSORFS_CORE_STORE_GCS_LOG_LIMITER_H_
+#ifndef TENSORFS_CORE_UTIL_LOG_LIMITER_H_
+#define TENSORFS_CORE_UTIL_LOG_LIMITER_H_
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <string>
 
-#include "core/store/gcs/retry.h"
+#include "core/util/clock.h"
 #include "core/util/thread_annotations.h"
 
 namespace tensorfs {
@@ -18,6 +23,7 @@ namespace tensorfs {
 class LogRateLimiter {
  public:
   LogRateLimiter(Clock& clock, std::chrono::nanoseconds interval) : clock_(clock), interval_(interval) {}
+  explicit LogRateLimiter(std::chrono::nanoseconds interval) : LogRateLimiter(SystemClock(), interval) {}
 
   // If a line may be logged now, returns how many were suppressed since the last
   // one that was; otherwise counts this one as suppressed and returns nullopt.
@@ -31,6 +37,9 @@ class LogRateLimiter {
   uint64_t suppressed_ GUARDED_BY(mu_) = 0;
 };
 
+// "" for 0, else " [N similar warnings suppressed]".
+std::string SuppressedSuffix(uint64_t suppressed);
+
 }  // namespace tensorfs
 
-#endif  // TENSORFS_CORE_STORE_GCS_LOG_LIMITER_H_
+#endif  // TENSORFS_CORE_UTIL_LOG_LIMITER_H_

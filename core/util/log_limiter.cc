@@ -1,4 +1,4 @@
-#include "core/store/gcs/log_limiter.h"
+#include "core/util/log_limiter.h"
 
 namespace tensorfs {
 
@@ -13,6 +13,11 @@ std::optional<uint64_t> LogRateLimiter::Allow() {
   uint64_t n = suppressed_;
   suppressed_ = 0;
   return n;
+}
+
+std::string SuppressedSuffix(uint64_t suppressed) {
+  if (suppressed == 0) return "";
+  return " [" + std::to_string(suppressed) + " similar warnings suppressed]";
 }
 
 }  // namespace tensorfs

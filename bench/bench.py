@@ -1,0 +1,1064 @@
+#!/usr/bin/python3
+"""bench.py: tensorfs against its peers on an emulated GCS link.
+
+bench/run.sh installs what is needed, builds, and runs this; see bench/README.md.
+
+  bench.py --tensorfs PATH --testdata PATH [--memfs PATH] [options]
+
+Generates a Llama-shaped safetensors checkpoint once (kept in --data-dir, a
+directory of buckets), serves it with the project's GCS test server
+(tests/support/gcs_test_server.py) shaped to --latency-ms, --conn-mbit per
+connection and --link-mbit in total, and measures each workload cold (a fresh
+mount, the page cache dropped) with the server's request and byte counters
+reset before each run:
+
+  W1  mmap loader, every tensor copied out in storage order, shard after shard
+  W2  the same, tensors in a shuffled order (fixed seed)
+  W3  4 processes at once, each loading different shards
+  W4  W1 again on the same mount (warm caches)
+  W5  ls -l plus a header parse of every shard of a 100-shard checkpoint
+
+Peers on the same link in the same run: a naive client that issues one range
+GET per tensor; staging (download everything with 16 parallel range GETs, then
+load from local disk); rclone mount (a couple of read settings, the best
+reported); the link limit (bytes / link rate + one round trip); and, as the
+ceiling for W4, memfs_ceiling (bench/memfs_ceiling.cc), an in-memory FUSE file
+system on this machine.
+
+A run that is still going after --deadline seconds stops after the tensor in
+progress and is reported as partial: its rate is the bytes it loaded over the
+time it took. Prints a table and the targets (held / NOT held), and writes
+results.json and results.png into --out. MB is 10^6 bytes, MiB 2^20.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+SERVER_PY = os.path.join(REPO, "tests", "support", "gcs_test_server.py")
+LOADER_PY = os.path.join(HERE, "loader.py")
+CLIENT_PY = os.path.join(HERE, "gcs_client.py")
+PYTHON = "/usr/bin/python3"
+BUCKET = "tensorfs-bench"
+MB = 1e6
+MiB = 1 << 20
+RSS_SLACK = 128 * MiB
+
+# rclone mount settings tried for W1; the fastest is reported as "rclone".
+RCLONE_CONFIGS = {
+    "off": ["--vfs-cache-mode", "off", "--buffer-size", "64M", "--vfs-read-chunk-size", "64M"],
+    "full": ["--vfs-cache-mode", "full", "--vfs-read-ahead", "512M", "--buffer-size", "64M",
+             "--vfs-read-chunk-size", "64M"],
+}
+RCLONE_COMMON = ["--read-only", "--dir-cache-time", "1h", "--attr-timeout", "1h", "--no-modtime",
+                 "--log-level", "NOTICE"]
+
+
+def log(message):
+    sys.stderr.write(f"[{time.monotonic() - STARTED:7.1f}s] {message}\n")
+    sys.stderr.flush()
+
+
+STARTED = time.monotonic()
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclasses.dataclass
+class Result:
+    name: str                  # the row label, "tensorfs W1"
+    system: str                # tensorfs, memfs, naive, staging, rclone-off, link
+    workload: str              # W1..W5
+    seconds: float | None = None
+    bytes_needed: int = 0      # what the workload read: headers plus tensors
+    complete: bool = True
+    requests: int | None = None
+    bytes_fetched: int | None = None
+    peak_rss: int | None = None
+    link_seconds: float | None = None  # the link limit for bytes_needed; None off the link
+    files: int = 0
+    note: str = ""
+    error: str | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def mbps(self):
+        if self.seconds is None or self.seconds <= 0 or self.error or self.workload == "W5":
+            return None
+        return self.bytes_needed / MB / self.seconds
+
+    @property
+    def pct_link(self):
+        if self.link_seconds is None or self.mbps is None:
+            return None
+        return 100.0 * self.link_seconds / self.seconds
+
+    @property
+    def fetched_ratio(self):
+        if self.bytes_fetched is None or not self.bytes_needed:
+            return None
+        return self.bytes_fetched / self.bytes_needed
+
+    def to_json(self):
+        out = dataclasses.asdict(self)
+        out.update(mbps=self.mbps, pct_link=self.pct_link, fetched_ratio=self.fetched_ratio)
+        return out
+
+
+# --------------------------------------------------------------------------- processes
+
+class Processes:
+    """Every child process and mount this run started, so that any exit
+    (an error, Ctrl-C, SIGTERM) unmounts and stops them."""
+
+    def __init__(self):
+        self.mounts = []  # (mountpoint, Popen)
+
+    def add_mount(self, mnt, proc):
+        self.mounts.append((mnt, proc))
+
+    def unmount(self, mnt, proc):
+        if os.path.ismount(mnt):
+            if subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL).returncode != 0:
+                time.sleep(0.5)
+                if subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL).returncode != 0:
+                    subprocess.run(["fusermount3", "-uz", mnt], stderr=subprocess.DEVNULL)
+        stop(proc)
+        self.mounts = [(m, p) for m, p in self.mounts if p is not proc]
+
+    def cleanup(self):
+        for mnt, proc in list(self.mounts):
+            self.unmount(mnt, proc)
+
+
+def stop(proc, timeout=20):
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        proc.wait(timeout=timeout)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def peak_rss(pid):
+    """VmHWM of a live process, in bytes; None once it has gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def tail(path, lines=15):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).rstrip()
+    except OSError:
+        return ""
+
+
+def last_json(text):
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    return None
+
+
+def run_json(cmd, timeout):
+    """Runs a loader or client; returns (its last JSON line or None, error or None).
+    Killed after `timeout` seconds (its last progress line still counts)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        result = last_json(out)
+        if result is not None:
+            result["complete"] = False
+        return result, (None if result else f"killed after {timeout:.0f} s with no progress")
+    result = last_json(out)
+    if proc.returncode != 0 or result is None:
+        return result, f"{os.path.basename(cmd[1])} exited with {proc.returncode}: {err.strip()[-600:]}"
+    return result, None
+
+
+# --------------------------------------------------------------------------- the test server
+
+class Server:
+    """The GCS test server as a child process, with its control API."""
+
+    def __init__(self, data_dir, work_dir, latency_ms, conn_rate, total_rate):
+        self.log_path = os.path.join(work_dir, "gcs_test_server.log")
+        port_file = os.path.join(work_dir, "server.port")
+        cmd = [PYTHON, SERVER_PY, "--data", data_dir, "--port", "0", "--port-file", port_file,
+               "--quiet", "--precompute-hashes", "--latency-ms", str(latency_ms),
+               "--conn-rate", str(int(conn_rate)), "--total-rate", str(int(total_rate))]
+        with open(self.log_path, "w") as log_file:
+            self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600  # first start hashes every object
+        while not os.path.exists(port_file):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"bench: the GCS test server did not start:\n{tail(self.log_path)}")
+            time.sleep(0.1)
+        with open(port_file) as f:
+            self.port = int(f.read())
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    def _call(self, method, path):
+        request = urllib.request.Request(self.endpoint + path, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"{}")
+
+    def reset(self):
+        self._call("POST", "/_control/stats/reset")
+
+    def stats(self):
+        return self._call("GET", "/_control/stats")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            stop(self.proc, timeout=10)
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.procs = Processes()
+        self.results: list[Result] = []
+        self.notes: list[str] = []
+        self.work = tempfile.mkdtemp(prefix="tensorfs-bench.", dir=args.work_dir)
+        self.total_rate = args.link_mbit * 1e6 / 8
+        self.conn_rate = args.conn_mbit * 1e6 / 8
+        self.rtt = args.latency_ms / 1000.0
+        self.can_drop = None
+        self.server = None
+        self.tensorfs_help = ""
+        self.chunk_size = None
+        self.chunk_source = ""
+        self.cache_option = False
+        self.chunk_option = False
+        self.rclone_best = None
+        self.rclone = shutil.which("rclone")
+
+    # ------------------------------------------------------------------ setup
+
+    def detect_tensorfs(self):
+        a = self.args
+        proc = subprocess.run([a.tensorfs, "--help"], capture_output=True, text=True)
+        self.tensorfs_help = proc.stdout + proc.stderr
+        self.cache_option = re.search(r"cache[-_]size", self.tensorfs_help) is not None
+        self.chunk_option = re.search(r"chunk[-_]size", self.tensorfs_help) is not None
+        if a.chunk_mib is not None:
+            self.chunk_size = int(a.chunk_mib * MiB)
+            self.chunk_source = "--chunk-mib"
+        else:
+            m = re.search(r"chunk[-_]size\b.*?\(default\s+(\d+(?:\.\d+)?)\s*([KMG]?)", self.tensorfs_help, re.S)
+            if m:
+                scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+                self.chunk_size = int(float(m.group(1)) * scale)
+                self.chunk_source = "tensorfs --help default"
+            else:
+                self.chunk_size = 8 * MiB
+                self.chunk_source = "the harness default (tensorfs --help names no chunk size)"
+        if not self.cache_option:
+            self.notes.append(f"tensorfs --help lists no cache_size option: none passed; the RSS target "
+                              f"uses --cache-mib {a.cache_mib}")
+
+    def tensorfs_opts(self):
+        a = self.args
+        opts = ["anonymous", f"endpoint={self.server.endpoint}", "log_level=warn"]
+        if self.cache_option:
+            opts.append(f"cache_size={a.cache_mib}M")
+        if a.chunk_mib is not None and self.chunk_option:
+            opts.append(f"chunk_size={int(a.chunk_mib * 1024)}K")
+        if a.tensorfs_opts:
+            opts.append(a.tensorfs_opts)
+        return ",".join(opts)
+
+    def generate(self, name, gen_args):
+        """The checkpoint gs://BUCKET/name, generated into the data dir unless it is there."""
+        path = os.path.join(self.args.data_dir, BUCKET, name)
+        if not os.path.isdir(path):
+            tmp = path + ".partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            log(f"generating {path}")
+            cmd = [self.args.testdata, "--arch", "llama", "--dtype", self.args.dtype, *gen_args, "--out", tmp]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise SystemExit(f"bench: {' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+            summary = [l for l in proc.stdout.splitlines() if l.startswith("llama:")]
+            with open(os.path.join(tmp, ".bench-model"), "w") as f:
+                f.write((summary[0] if summary else "") + "\n")
+            os.rename(tmp, path)
+        shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+        model = open(os.path.join(path, ".bench-model")).read().strip()
+        return path, shards, model
+
+    def drop_caches(self, warm=()):
+        """Empties the page cache, then reads `warm` (the files the server will
+        send) back into it, so that the server sends from memory as GCS would,
+        while every client-side copy starts cold."""
+        if self.can_drop is not False:
+            os.sync()
+            try:
+                with open("/proc/sys/vm/drop_caches", "w") as f:
+                    f.write("3")
+                self.can_drop = True
+            except OSError as e:
+                self.can_drop = False
+                self.notes.append(f"cannot drop the page cache ({e.strerror}): cold runs rely on fresh mounts "
+                                  "(FUSE pages belong to the mount), fresh rclone cache directories and "
+                                  "freshly written staging files")
+        for path in warm:
+            with open(path, "rb", buffering=0) as f:
+                while f.read(16 * MiB):
+                    pass
+
+    # ------------------------------------------------------------------ mounts
+
+    def mountpoint(self, label):
+        mnt = os.path.join(self.work, "mnt-" + label)
+        os.makedirs(mnt, exist_ok=True)
+        return mnt
+
+    def mount(self, label, cmd, mnt, log_path):
+        """Starts a foreground FUSE server; returns (Popen, seconds to mount)."""
+        started = time.monotonic()
+        with open(log_path, "a") as log_file:
+            proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.add_mount(mnt, proc)
+        deadline = started + 120
+        while not os.path.ismount(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.procs.unmount(mnt, proc)
+                raise RuntimeError(f"{label} did not mount (exit {proc.returncode}): {tail(log_path, 8)}")
+            time.sleep(0.02)
+        return proc, time.monotonic() - started
+
+    def mount_tensorfs(self, prefix, label):
+        mnt = self.mountpoint(label)
+        cmd = [self.args.tensorfs, f"gs://{BUCKET}/{prefix}", mnt, "-f", "-o", self.tensorfs_opts()]
+        return (mnt, *self.mount("tensorfs", cmd, mnt, os.path.join(self.work, f"tensorfs-{label}.log")))
+
+    def mount_rclone(self, prefix, label, config):
+        mnt = self.mountpoint(label)
+        remote = f":gcs,anonymous=true,endpoint='{self.server.endpoint}/storage/v1/':{BUCKET}/{prefix}"
+        cache_dir = os.path.join(self.work, f"rclone-cache-{label}")
+        cmd = [self.rclone, "mount", remote, mnt, *RCLONE_COMMON, *RCLONE_CONFIGS[config],
+               "--cache-dir", cache_dir]
+        env_config = os.path.join(self.work, "rclone.conf")  # absent: rclone uses its defaults
+        os.environ["RCLONE_CONFIG"] = env_config
+        result = (mnt, *self.mount("rclone", cmd, mnt, os.path.join(self.work, f"rclone-{label}.log")))
+        return result + (cache_dir,)
+
+    # ------------------------------------------------------------------ workloads
+
+    def loader_cmd(self, files, order="storage", max_tensors=None, start_at=None, deadline=True):
+        cmd = [PYTHON, LOADER_PY, "load", *files, "--order", order, "--seed", str(self.args.seed)]
+        if deadline and self.args.deadline:
+            cmd += ["--deadline", str(self.args.deadline)]
+        if max_tensors is not None:
+            cmd += ["--max-tensors", str(max_tensors)]
+        if start_at is not None:
+            cmd += ["--start-at", f"{start_at:.6f}"]
+        return cmd
+
+    def hard_timeout(self):
+        return None if not self.args.deadline else self.args.deadline + max(60.0, self.args.deadline)
+
+    def load_one(self, result, files, order="storage", max_tensors=None):
+        out, err = run_json(self.loader_cmd(files, order, max_tensors), self.hard_timeout())
+        self.fill_load(result, out, err)
+        return out
+
+    def fill_load(self, result, out, err):
+        if out is not None:
+            result.seconds = out["end"] - out["start"]
+            result.bytes_needed = out["bytes"]
+            result.complete = bool(out.get("complete", False))
+            result.files = out.get("files", 0) + (0 if result.complete else 1)
+            result.extra["tensors"] = out.get("tensors")
+        if err:
+            result.error = err if out is None else None
+            if out is not None:
+                result.note = (result.note + "; " if result.note else "") + err
+        if not result.complete and result.error is None:
+            result.note = f"partial: stopped after {result.seconds:.0f} s" + (f"; {result.note}" if result.note else "")
+
+    def load_parallel(self, result, groups):
+        start_at = time.monotonic() + 1.5  # after every loader has imported numpy
+        procs = [subprocess.Popen(self.loader_cmd(g, start_at=start_at), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for g in groups]
+        outs = []
+        errors = []
+        for proc in procs:
+            timeout = self.hard_timeout()
+            try:
+                out, err = proc.communicate(timeout=None if timeout is None else timeout + 2)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            parsed = last_json(out)
+            if parsed is None or proc.returncode not in (0, -9):
+                errors.append(f"loader exited with {proc.returncode}: {err.strip()[-400:]}")
+            if parsed is not None:
+                parsed.setdefault("complete", False)
+                outs.append(parsed)
+        if outs:
+            result.seconds = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+            result.bytes_needed = sum(o["bytes"] for o in outs)
+            result.complete = len(outs) == len(groups) and all(o["complete"] for o in outs)
+            result.files = sum(o.get("files", 0) + (0 if o["complete"] else 1) for o in outs)
+            result.extra["per_process_seconds"] = [round(o["end"] - o["start"], 3) for o in outs]
+        if errors:
+            result.error = "; ".join(errors) if not outs else None
+            result.note = "; ".join(errors) if outs else result.note
+        if not result.complete and not result.error:
+            result.note = f"partial: stopped after {result.seconds:.0f} s" + (f"; {result.note}" if result.note else "")
+
+    def take_stats(self, result):
+        stats = self.server.stats()
+        result.requests = stats["requests"]
+        result.bytes_fetched = stats["bytes_served"]
+        result.extra["media_requests"] = stats["media_requests"]
+        result.extra["list_requests"] = stats["list_requests"]
+        result.extra["metadata_requests"] = stats["metadata_requests"]
+        ranges = [r[1] for r in stats.get("ranges", [])]
+        if ranges:
+            ranges.sort()
+            result.extra["range_bytes_median"] = ranges[len(ranges) // 2]
+            result.extra["range_bytes_max"] = ranges[-1]
+
+    def on_link(self, result):
+        result.link_seconds = result.bytes_needed / self.total_rate + self.rtt if result.bytes_needed else None
+
+    def record(self, result):
+        self.results.append(result)
+        if result.error:
+            log(f"{result.name}: FAILED: {result.error}")
+        else:
+            mbps = result.mbps
+            log(f"{result.name}: {result.seconds:.2f} s" + (f", {mbps:.1f} MB/s" if mbps is not None else "")
+                + (f", {result.requests} requests" if result.requests is not None else "")
+                + (f" ({result.note})" if result.note else ""))
+
+    def guarded(self, name, system, workload, body):
+        """Runs body(result); an exception becomes the row's error, so one broken
+        system does not stop the others."""
+        result = Result(name=name, system=system, workload=workload)
+        try:
+            body(result)
+        except (RuntimeError, OSError, subprocess.SubprocessError, ValueError, KeyError) as e:
+            result.error = str(e)
+        self.record(result)
+        return result
+
+    # ------------------------------------------------------------------ tensorfs
+
+    def run_tensorfs_w1_w4(self, want_w1, want_w4):
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+        state = {}
+        mnt = proc = None
+
+        def w1(result):
+            nonlocal mnt, proc
+            self.drop_caches(files_src)
+            self.server.reset()
+            mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(self.prefix, "w1")
+            out = self.load_one(result, [os.path.join(mnt, s) for s in self.shards])
+            state["tensors"] = None if out is None or out.get("complete") else out.get("tensors")
+            self.take_stats(result)
+            self.on_link(result)
+            result.peak_rss = peak_rss(proc.pid)
+            if not want_w1:
+                result.note = "first pass for W4"
+
+        def w4(result):
+            if proc is None or proc.poll() is not None:
+                raise RuntimeError("no W1 mount to reuse")
+            self.server.reset()
+            self.load_one(result, [os.path.join(mnt, s) for s in self.shards], max_tensors=state.get("tensors"))
+            self.take_stats(result)
+            result.peak_rss = peak_rss(proc.pid)
+            if state.get("tensors") is not None:
+                result.note = f"the {state['tensors']} tensors W1 loaded"
+
+        try:
+            self.guarded("tensorfs W1 storage order", "tensorfs", "W1", w1)
+            if want_w4:
+                self.guarded("tensorfs W4 warm (2nd pass)", "tensorfs", "W4", w4)
+        finally:
+            if proc is not None:
+                self.procs.unmount(mnt, proc)
+
+    def run_tensorfs_cold(self, name, workload, label, body_fn):
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(self.prefix, label)
+            try:
+                body_fn(result, mnt)
+                self.take_stats(result)
+                self.on_link(result)
+                result.peak_rss = peak_rss(proc.pid)
+            finally:
+                self.procs.unmount(mnt, proc)
+
+        self.guarded(name, "tensorfs", workload, body)
+
+    def run_w2(self):
+        self.run_tensorfs_cold("tensorfs W2 random order", "W2", "w2",
+                               lambda r, mnt: self.load_one(r, [os.path.join(mnt, s) for s in self.shards], "random"))
+
+    def run_w3(self):
+        n = min(self.args.processes, len(self.shards))
+
+        def body(result, mnt):
+            groups = [[os.path.join(mnt, s) for s in self.shards[i::n]] for i in range(n)]
+            self.load_parallel(result, groups)
+            result.note = (result.note + "; " if result.note else "") + f"{n} processes"
+
+        self.run_tensorfs_cold(f"tensorfs W3 {n} processes", "W3", "w3", body)
+
+    def headers_run(self, result, mnt):
+        out, err = run_json([PYTHON, LOADER_PY, "headers", mnt], self.hard_timeout() or 600)
+        if out is None:
+            raise RuntimeError(err)
+        result.seconds = out["end"] - out["start"]
+        result.bytes_needed = out["bytes"]
+        result.files = out["files"]
+        result.extra["ls_seconds"] = out["listed"] - out["start"]
+        result.note = (f"{out['files']} shards; ls -l {out['listed'] - out['start']:.2f} s; "
+                       f"mounting took {result.extra['mount_seconds']:.2f} s more")
+
+    def run_w5(self, system):
+        files_src = [os.path.join(self.w5_src, s) for s in self.w5_shards]
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            if system == "tensorfs":
+                mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(self.w5_prefix, "w5")
+            else:
+                mnt, proc, result.extra["mount_seconds"], _ = self.mount_rclone(self.w5_prefix, "w5",
+                                                                                self.rclone_best)
+            try:
+                self.headers_run(result, mnt)
+                self.take_stats(result)
+                result.peak_rss = peak_rss(proc.pid)
+            finally:
+                self.procs.unmount(mnt, proc)
+
+        label = "tensorfs" if system == "tensorfs" else f"rclone ({self.rclone_best})"
+        self.guarded(f"{label} W5 ls + headers", system if system == "tensorfs" else f"rclone-{self.rclone_best}",
+                     "W5", body)
+
+    # ------------------------------------------------------------------ peers
+
+    def run_memfs(self, want_w4):
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+        mnt = self.mountpoint("memfs")
+        state = {}
+
+        def w1(result):
+            self.drop_caches()
+            proc, result.extra["mount_seconds"] = self.mount(
+                "memfs_ceiling", [self.args.memfs, "-f", mnt, *files_src], mnt,
+                os.path.join(self.work, "memfs.log"))
+            state["proc"] = proc
+            self.load_one(result, [os.path.join(mnt, s) for s in self.shards])
+            result.peak_rss = peak_rss(proc.pid)
+            result.note = "served from RAM"
+
+        def w4(result):
+            proc = state.get("proc")
+            if proc is None or proc.poll() is not None:
+                raise RuntimeError("no memfs mount to reuse")
+            self.load_one(result, [os.path.join(mnt, s) for s in self.shards])
+            result.peak_rss = peak_rss(proc.pid)
+            result.note = "the W4 ceiling"
+
+        try:
+            self.guarded("memfs W1 (in-memory FUSE)", "memfs", "W1", w1)
+            if want_w4:
+                self.guarded("memfs W4 warm = ceiling", "memfs", "W4", w4)
+        finally:
+            if state.get("proc") is not None:
+                self.procs.unmount(mnt, state["proc"])
+
+    def run_naive(self):
+        def body(result):
+            self.drop_caches([os.path.join(self.src, s) for s in self.shards])
+            self.server.reset()
+            cmd = [PYTHON, CLIENT_PY, "naive", "--endpoint", self.server.endpoint, "--bucket", BUCKET,
+                   "--prefix", self.prefix + "/"]
+            if self.args.deadline:
+                cmd += ["--deadline", str(self.args.deadline)]
+            out, err = run_json(cmd, self.hard_timeout())
+            if out is None:
+                raise RuntimeError(err)
+            self.fill_load(result, out, err)
+            result.extra["tensors"] = out["tensors"]
+            self.take_stats(result)
+            self.on_link(result)
+            result.note = "one range GET per tensor" + (f"; {result.note}" if result.note else "")
+
+        self.guarded("naive GET per tensor", "naive", "W1", body)
+
+    def run_staging(self):
+        dest = os.path.join(self.work, "staged")
+
+        def body(result):
+            self.drop_caches([os.path.join(self.src, s) for s in self.shards])
+            self.server.reset()
+            cmd = [PYTHON, CLIENT_PY, "stage", "--endpoint", self.server.endpoint, "--bucket", BUCKET,
+                   "--prefix", self.prefix + "/", "--dest", dest, "--streams", str(self.args.stage_streams),
+                   "--range-mib", str(self.args.stage_range_mib)]
+            if self.args.deadline:
+                cmd += ["--deadline", str(self.args.deadline)]
+            out, err = run_json(cmd, self.hard_timeout())
+            if out is None:
+                raise RuntimeError(err)
+            download = out["end"] - out["start"]
+            self.take_stats(result)
+            result.extra["download_seconds"] = download
+            if not out["complete"]:
+                result.seconds = download
+                result.bytes_needed = out["bytes"]
+                result.complete = False
+                result.note = f"partial: download stopped after {download:.0f} s"
+            else:
+                load = Result(name="", system="", workload="")
+                self.load_one(load, [os.path.join(dest, s) for s in self.shards])
+                if load.error:
+                    raise RuntimeError(load.error)
+                result.seconds = download + load.seconds
+                result.bytes_needed = load.bytes_needed
+                result.complete = load.complete
+                result.files = load.files
+                result.extra["load_seconds"] = load.seconds
+                result.note = (f"download {download:.1f} s ({self.args.stage_streams} x "
+                               f"{self.args.stage_range_mib:g} MiB ranges) + load {load.seconds:.1f} s")
+            self.on_link(result)
+
+        try:
+            self.guarded("staging to disk + load", "staging", "W1", body)
+        finally:
+            shutil.rmtree(dest, ignore_errors=True)
+
+    def run_rclone(self):
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+        best = None
+        for config in self.args.rclone_configs:
+            def body(result, config=config):
+                self.drop_caches(files_src)
+                self.server.reset()
+                mnt, proc, result.extra["mount_seconds"], cache_dir = self.mount_rclone(self.prefix, "w1-" + config,
+                                                                                      config)
+                try:
+                    self.load_one(result, [os.path.join(mnt, s) for s in self.shards])
+                    self.take_stats(result)
+                    self.on_link(result)
+                    result.peak_rss = peak_rss(proc.pid)
+                    result.extra["flags"] = " ".join(RCLONE_CONFIGS[config])
+                finally:
+                    self.procs.unmount(mnt, proc)
+                    shutil.rmtree(cache_dir, ignore_errors=True)
+
+            r = self.guarded(f"rclone mount ({config}) W1", f"rclone-{config}", "W1", body)
+            if r.mbps is not None and (best is None or r.mbps > best.mbps):
+                best = r
+        self.rclone_best = None
+        if best is not None:
+            self.rclone_best = best.system.removeprefix("rclone-")
+            best.extra["best"] = True
+            if len(self.args.rclone_configs) > 1:
+                best.note = (best.note + "; " if best.note else "") + "best rclone setting"
+
+    # ------------------------------------------------------------------ driver
+
+    def run(self):
+        a = self.args
+        self.detect_tensorfs()
+        self.src, self.shards, self.model = self.generate(
+            f"llama-{a.dtype}-{a.size_mib}mib-{a.shards}shards-{a.layers}l-v{a.vocab}",
+            ["--layers", str(a.layers), "--vocab", str(a.vocab), "--size-mib", str(a.size_mib),
+             "--shards", str(a.shards)])
+        self.prefix = os.path.basename(self.src)
+        if "W5" in a.workloads:
+            self.w5_src, self.w5_shards, self.w5_model = self.generate(
+                f"llama-{a.dtype}-{a.w5_size_mib}mib-{a.w5_shards}shards-{a.w5_layers}l-v4096",
+                ["--layers", str(a.w5_layers), "--vocab", "4096", "--size-mib", str(a.w5_size_mib),
+                 "--shards", str(a.w5_shards)])
+            self.w5_prefix = os.path.basename(self.w5_src)
+        self.checkpoint_bytes = sum(os.path.getsize(os.path.join(self.src, s)) for s in self.shards)
+        log(f"checkpoint gs://{BUCKET}/{self.prefix}: {len(self.shards)} shards, "
+            f"{self.checkpoint_bytes / MiB:.0f} MiB ({self.model})")
+        log("starting the GCS test server (first start hashes every object)")
+        self.server = Server(a.data_dir, self.work, a.latency_ms, self.conn_rate, self.total_rate)
+        log(f"server {self.server.endpoint}: latency {a.latency_ms:g} ms, {a.conn_mbit:g} Mbit/s per connection, "
+            f"{a.link_mbit:g} Mbit/s in total")
+
+        w = set(a.workloads)
+        if "W1" in w or "W4" in w:
+            self.run_tensorfs_w1_w4("W1" in w, "W4" in w)
+        if "W2" in w:
+            self.run_w2()
+        if "W3" in w:
+            self.run_w3()
+        if "W5" in w:
+            self.run_w5("tensorfs")
+        if "memfs" in a.peers:
+            self.run_memfs("W4" in w)
+        if "naive" in a.peers:
+            self.run_naive()
+        if "staging" in a.peers:
+            self.run_staging()
+        if "rclone" in a.peers:
+            if self.rclone is None:
+                self.notes.append("rclone is not installed (packaging/install-bench-deps.sh installs it): "
+                                  "no rclone rows")
+            else:
+                self.run_rclone()
+                if "W5" in w and self.rclone_best:
+                    self.run_w5("rclone")
+        link = Result(name="link limit", system="link", workload="W1", bytes_needed=self.checkpoint_bytes,
+                      files=len(self.shards), note="bytes / link rate + one round trip")
+        link.seconds = self.checkpoint_bytes / self.total_rate + self.rtt
+        link.link_seconds = link.seconds
+        self.results.append(link)
+
+    def cleanup(self):
+        self.procs.cleanup()
+        if self.server is not None:
+            self.server.stop()
+        if not self.args.keep_work:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- report
+
+def find(results, system, workload):
+    for r in results:
+        if r.system == system and r.workload == workload:
+            return r
+    return None
+
+
+def fmt(value, spec, missing="-"):
+    return missing if value is None else format(value, spec)
+
+
+def table(results):
+    header = ["run", "seconds", "MB/s", "% link", "requests", "fetched/needed", "peak RSS MiB", "note"]
+    rows = []
+    for r in results:
+        if r.error:
+            rows.append([r.name, "-", "-", "-", "-", "-", "-", "FAILED: " + r.error[:140]])
+            continue
+        rows.append([r.name, fmt(r.seconds, ".2f"), fmt(r.mbps, ".1f"),
+                     fmt(r.pct_link, ".0f") if r.system != "link" else "100",
+                     fmt(r.requests, "d"), fmt(r.fetched_ratio, ".3f"),
+                     fmt(None if r.peak_rss is None else r.peak_rss / MiB, ".0f"), r.note])
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    widths[-1] = 0
+    lines = ["  ".join(str(x).ljust(w) if i == 0 or i == len(header) - 1 else str(x).rjust(w)
+                       for i, (x, w) in enumerate(zip(row, widths))).rstrip()
+             for row in [header] + rows]
+    lines.insert(1, "-" * max(len(l) for l in lines))
+    return "\n".join(lines)
+
+
+def evaluate(bench):
+    """[(target, held: True/False/None, figures)]; None: cannot be judged."""
+    a = bench.args
+    res = bench.results
+    out = []
+    w1 = find(res, "tensorfs", "W1")
+    w2 = find(res, "tensorfs", "W2")
+    w3 = find(res, "tensorfs", "W3")
+    w4 = find(res, "tensorfs", "W4")
+    staging = find(res, "staging", "W1")
+    ceiling = find(res, "memfs", "W4")
+    rclone = next((r for r in res if r.system.startswith("rclone") and r.workload == "W1" and r.extra.get("best")),
+                  None)
+
+    def ok(r):
+        return r is not None and r.error is None and r.mbps is not None
+
+    def partial(r):
+        return "" if r.complete else " (partial run)"
+
+    if ok(w1):
+        out.append(("W1 >= 90% of the link limit", w1.pct_link >= 90,
+                    f"{w1.mbps:.1f} MB/s = {w1.pct_link:.0f}% of {bench.total_rate / MB:.1f} MB/s{partial(w1)}"))
+    if ok(w1) and ok(rclone):
+        out.append(("W1 >= 5x rclone mount", w1.mbps >= 5 * rclone.mbps,
+                    f"{w1.mbps:.1f} vs {rclone.mbps:.1f} MB/s ({rclone.name}): {w1.mbps / rclone.mbps:.2f}x"))
+    elif ok(w1):
+        out.append(("W1 >= 5x rclone mount", None, "no rclone result"))
+    if ok(w1) and ok(staging):
+        out.append(("W1 faster than staging", w1.mbps > staging.mbps,
+                    f"{w1.mbps:.1f} vs {staging.mbps:.1f} MB/s (staging {staging.seconds:.1f} s in all)"))
+    if ok(w1) and ok(w2):
+        out.append(("W2 within 1.25x of W1", w1.mbps <= 1.25 * w2.mbps,
+                    f"W2 {w2.mbps:.1f} MB/s vs W1 {w1.mbps:.1f} MB/s: {w1.mbps / w2.mbps:.2f}x slower"))
+    chunk = bench.chunk_size
+    for r in (w1, w2, w3):
+        if not ok(r) or r.requests is None:
+            continue
+        bound = math.ceil(r.bytes_needed / chunk) + r.files + 2
+        out.append((f"{r.workload} requests <= bytes/chunk + files + 2", r.requests <= bound,
+                    f"{r.requests} requests, bound {bound} ({r.bytes_needed / MiB:.0f} MiB / {chunk / MiB:g} MiB "
+                    f"+ {r.files} files + 2){partial(r)}"))
+    for r in (w1, w2, w3):
+        if not ok(r) or r.fetched_ratio is None:
+            continue
+        out.append((f"{r.workload} bytes fetched <= 1.05 x bytes needed", r.fetched_ratio <= 1.05,
+                    f"{r.bytes_fetched / MiB:.1f} MiB fetched for {r.bytes_needed / MiB:.1f} MiB = "
+                    f"{r.fetched_ratio:.3f}x{partial(r)}"))
+    if ok(w4) and ok(ceiling):
+        out.append(("W4 >= 80% of the in-memory FUSE ceiling", w4.mbps >= 0.8 * ceiling.mbps,
+                    f"{w4.mbps:.0f} vs {ceiling.mbps:.0f} MB/s = {100 * w4.mbps / ceiling.mbps:.0f}%"))
+    rss = [r for r in res if r.system == "tensorfs" and r.peak_rss is not None]
+    if rss:
+        top = max(rss, key=lambda r: r.peak_rss)
+        limit = a.cache_mib * MiB + RSS_SLACK
+        out.append(("peak RSS <= cache_size + 128 MiB", top.peak_rss <= limit,
+                    f"{top.peak_rss / MiB:.0f} MiB ({top.workload}) vs {limit / MiB:.0f} MiB"))
+    return out
+
+
+def chart(bench, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in bench.results if r.mbps is not None and r.workload != "W5"]
+    w5 = [r for r in bench.results if r.workload == "W5" and r.seconds is not None and not r.error]
+    fig, axes = plt.subplots(1, 3, figsize=(17, 0.42 * max(len(rows), 6) + 1.8),
+                             gridspec_kw={"width_ratios": [3, 2, 1.3]})
+    colors = {"tensorfs": "#1f77b4", "memfs": "#2ca02c", "naive": "#7f7f7f", "staging": "#ff7f0e",
+              "link": "#d62728"}
+    labels = [r.name for r in rows]
+    y = list(range(len(rows)))[::-1]
+
+    def color(r):
+        return colors.get(r.system, "#9467bd")
+
+    ax = axes[0]
+    bars = ax.barh(y, [r.mbps for r in rows], color=[color(r) for r in rows])
+    for bar, r in zip(bars, rows):
+        if not r.complete:
+            bar.set_hatch("//")
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r.mbps:.0f}", va="center", fontsize=8)
+    ax.axvline(bench.total_rate / MB, color=colors["link"], linestyle="--", linewidth=1)
+    ax.set_yticks(y, labels, fontsize=9)
+    ax.set_xscale("log")
+    ax.set_xlabel("MB/s (log scale; hatched: partial run)")
+    ax.set_title(f"load rate, {bench.checkpoint_bytes / MiB:.0f} MiB in {len(bench.shards)} shards")
+
+    ax = axes[1]
+    for yi, r in zip(y, rows):
+        if r.requests:
+            ax.barh(yi, r.requests, color=color(r))
+        if r.requests is not None:
+            ax.text(max(r.requests, 1), yi, f" {r.requests}", va="center", fontsize=8)
+        elif r.system != "link":
+            ax.text(1, yi, " no server", va="center", fontsize=8, color="#7f7f7f")
+    ax.set_xlim(left=1)
+    ax.set_yticks(y, [""] * len(rows))
+    ax.set_xscale("log")
+    ax.set_xlabel("requests to the server (log scale)")
+    ax.set_title("requests per run")
+
+    ax = axes[2]
+    if w5:
+        ax.bar(range(len(w5)), [r.seconds for r in w5], color=[color(r) for r in w5])
+        ax.set_xticks(range(len(w5)), [r.name.replace(" W5 ls + headers", "") for r in w5], fontsize=8)
+        for i, r in enumerate(w5):
+            ax.text(i, r.seconds, f"{r.seconds:.2f} s\n{r.requests} req", ha="center", va="bottom", fontsize=8)
+        ax.set_ylim(top=1.25 * max(r.seconds for r in w5))
+        ax.set_ylabel("seconds")
+    ax.set_title(f"W5: ls -l + headers, {bench.args.w5_shards} shards")
+    a = bench.args
+    fig.suptitle(f"tensorfs vs peers: link {a.link_mbit:g} Mbit/s total, {a.conn_mbit:g} Mbit/s per connection, "
+                 f"{a.latency_ms:g} ms latency", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- main
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--tensorfs", required=True, help="the tensorfs binary")
+    p.add_argument("--testdata", required=True, help="the tensorfs-testdata binary")
+    p.add_argument("--memfs", help="the memfs_ceiling binary (needed for the memfs peer)")
+    p.add_argument("--size-mib", type=int, help="checkpoint size (default 2048; 256 with --quick)")
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--layers", type=int, default=16, help="transformer blocks")
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "f16", "f32"])
+    p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
+    p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
+    p.add_argument("--latency-ms", type=float, default=30)
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5", help="comma-separated subset of W1..W5")
+    p.add_argument("--peers", default="naive,staging,rclone,memfs", help="comma-separated subset, or 'none'")
+    p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
+                   help=f"rclone mount settings to try: {', '.join(RCLONE_CONFIGS)}")
+    p.add_argument("--deadline", type=float,
+                   help="stop a load after this many seconds and report it as partial, 0 for none "
+                        "(default 90; 30 with --quick)")
+    p.add_argument("--quick", action="store_true", help="256 MiB checkpoint and 30 s deadline unless given")
+    p.add_argument("--processes", type=int, default=4, help="W3 loader processes")
+    p.add_argument("--w5-shards", type=int, default=100)
+    p.add_argument("--w5-layers", type=int, default=100)
+    p.add_argument("--w5-size-mib", type=int, default=100)
+    p.add_argument("--chunk-mib", type=float,
+                   help="chunk size for the request target, passed as -o chunk_size when tensorfs has it "
+                        "(default: tensorfs --help's default, else 8)")
+    p.add_argument("--cache-mib", type=int, default=2048,
+                   help="passed as -o cache_size when tensorfs --help lists it; the RSS target's cache_size")
+    p.add_argument("--tensorfs-opts", default="", help="more -o options for tensorfs, e.g. max_fetches=64")
+    p.add_argument("--stage-streams", type=int, default=16)
+    p.add_argument("--stage-range-mib", type=float, default=32)
+    p.add_argument("--seed", type=int, default=1, help="W2's shuffle")
+    p.add_argument("--data-dir", default="/var/tmp/tensorfs-bench-data",
+                   help="where checkpoints are generated once and kept (one subdirectory per bucket)")
+    p.add_argument("--work-dir", default=None, help="parent of the per-run scratch directory (default $TMPDIR)")
+    p.add_argument("--out", default=os.path.join(HERE, "out"), help="where results.json and results.png go")
+    p.add_argument("--keep-work", action="store_true", help="keep mount points and logs")
+    a = p.parse_args(argv)
+    a.size_mib = a.size_mib or (256 if a.quick else 2048)
+    if a.deadline is None:
+        a.deadline = 30.0 if a.quick else 90.0
+    a.conn_mbit = a.conn_mbit or a.link_mbit / 10
+    a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
+    a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
+    a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
+    for w in a.workloads:
+        if w not in ("W1", "W2", "W3", "W4", "W5"):
+            p.error(f"unknown workload {w}")
+    for x in a.peers:
+        if x not in ("naive", "staging", "rclone", "memfs"):
+            p.error(f"unknown peer {x}")
+    for x in a.rclone_configs:
+        if x not in RCLONE_CONFIGS:
+            p.error(f"unknown rclone config {x}")
+    if "memfs" in a.peers and not a.memfs:
+        p.error("the memfs peer needs --memfs PATH")
+    for path in (a.tensorfs, a.testdata) + ((a.memfs,) if a.memfs else ()):
+        if not os.access(path, os.X_OK):
+            p.error(f"{path} is not an executable")
+    return a
+
+
+def main(argv):
+    args = parse_args(argv)
+    os.makedirs(args.data_dir, exist_ok=True)
+    os.makedirs(args.out, exist_ok=True)
+    if args.work_dir:
+        os.makedirs(args.work_dir, exist_ok=True)
+    bench = Bench(args)
+
+    def on_signal(signum, _):
+        raise SystemExit(f"bench: stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    try:
+        bench.run()
+    finally:
+        bench.cleanup()
+    elapsed = time.monotonic() - STARTED
+    targets = evaluate(bench)
+
+    a = args
+    print()
+    print(f"tensorfs benchmark: {bench.checkpoint_bytes / MiB:.0f} MiB checkpoint, {len(bench.shards)} shards "
+          f"({bench.model})")
+    print(f"link: {a.link_mbit:g} Mbit/s total ({bench.total_rate / MB:.1f} MB/s), {a.conn_mbit:g} Mbit/s per "
+          f"connection, {a.latency_ms:g} ms latency; deadline {a.deadline:g} s per run; "
+          f"chunk {bench.chunk_size / MiB:g} MiB ({bench.chunk_source})")
+    print(f"machine: {os.cpu_count()} CPUs, Linux {platform.release()}, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}; page cache dropped before each cold run: "
+          f"{'yes' if bench.can_drop else 'no'}")
+    print()
+    print(table(bench.results))
+    print()
+    print("targets:")
+    for label, held, figures in targets:
+        verdict = "held" if held else ("not judged" if held is None else "NOT held")
+        print(f"  {verdict:<10}  {label}: {figures}")
+    for note in bench.notes:
+        print(f"note: {note}")
+
+    report = {
+        "config": {k: v for k, v in vars(args).items()},
+        "checkpoint": {"bucket": BUCKET, "prefix": bench.prefix, "shards": bench.shards,
+                       "bytes": bench.checkpoint_bytes, "model": bench.model},
+        "link": {"total_bytes_per_s": bench.total_rate, "conn_bytes_per_s": bench.conn_rate,
+                 "latency_s": bench.rtt},
+        "tensorfs": {"options": bench.tensorfs_opts() if bench.server else None,
+                     "cache_size_option": bench.cache_option, "chunk_size": bench.chunk_size,
+                     "chunk_size_source": bench.chunk_source},
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "loadavg_end": os.getloadavg(),
+                    "page_cache_dropped": bool(bench.can_drop)},
+        "results": [r.to_json() for r in bench.results],
+        "targets": [{"target": t, "held": h, "figures": f} for t, h, f in targets],
+        "notes": bench.notes,
+        "seconds": elapsed,
+    }
+    json_path = os.path.join(args.out, "results.json")
+    with open(json_path, "w") as f:
+        json.dump(report, f, indent=2)
+    png_path = os.path.join(args.out, "results.png")
+    try:
+        chart(bench, png_path)
+    except ImportError as e:
+        print(f"note: no chart ({e}); packaging/install-bench-deps.sh installs python3-matplotlib")
+        png_path = None
+    print()
+    print(f"wrote {json_path}" + (f" and {png_path}" if png_path else "") + f"; {elapsed / 60:.1f} minutes in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,152 @@
+#!/usr/bin/python3
+"""The benchmark's loaders, run as separate processes by bench.py.
+
+  loader.py load FILE... [--order storage|random] [--seed N] [--deadline S]
+                         [--max-tensors N] [--start-at T]
+      Loads safetensors files one after the other the way safetensors' own
+      loader does: mmap the file, parse the header from the mapping, then copy
+      each tensor out with numpy's .copy() (glibc memcpy: for copies of 1 MiB and
+      more it touches the first page, then the last page, then the rest), in
+      storage order or in a shuffled order (fixed seed, one shuffle per file).
+      The copies are dropped as soon as they are made, so the loader's own
+      memory stays small.
+
+  loader.py headers DIR [--start-at T]
+      `ls -l DIR`, then for every *.safetensors file in DIR: open it, read the
+      8-byte length and the header JSON with read(), parse it.
+
+Both print one JSON object per line: progress lines ({"progress": true, ...})
+after each file (and, for load, each tensor), then a final line. Times are
+time.monotonic() (CLOCK_MONOTONIC, the same clock in every process), so that
+bench.py can put the start and end of several loaders on one time line.
+
+--start-at T waits until time.monotonic() reaches T before starting, so that
+loaders started one after the other begin together. --deadline S stops a load
+after the first tensor that ends more than S seconds after the start; the
+result then says "complete": false. --max-tensors N stops after N tensors
+(over all files, in the order they are loaded), so a second pass can load
+exactly what a first pass cut short by its deadline loaded.
+"""
+import argparse
+import json
+import mmap
+import os
+import random
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def wait_until(start_at):
+    if start_at is not None:
+        delay = start_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def tensor_spans(header):
+    """[(begin, end)] of the tensors, relative to the data section, in storage order."""
+    header.pop("__metadata__", None)
+    spans = [tuple(info["data_offsets"]) for info in header.values()]
+    spans.sort()
+    return spans
+
+
+def load(args):
+    wait_until(args.start_at)
+    started = time.monotonic()
+    loaded = 0  # bytes: headers plus tensors
+    tensors = 0
+    files_done = 0
+    complete = True
+
+    def progress():
+        emit({"progress": True, "bytes": loaded, "tensors": tensors, "files": files_done,
+              "start": started, "end": time.monotonic()})
+
+    for path in args.files:
+        if not complete:
+            break
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapping:
+                (n,) = struct.unpack("<Q", mapping[:8])
+                header = json.loads(bytes(mapping[8:8 + n]))
+                data_start = 8 + n
+                loaded += data_start
+                spans = tensor_spans(header)
+                if args.order == "random":
+                    random.Random(args.seed).shuffle(spans)
+                view = np.frombuffer(mapping, dtype=np.uint8)
+                for begin, end in spans:
+                    if args.max_tensors is not None and tensors >= args.max_tensors:
+                        complete = False
+                        break
+                    if args.deadline is not None and time.monotonic() - started > args.deadline:
+                        complete = False
+                        break
+                    data = view[data_start + begin:data_start + end].copy()  # the loader's memcpy
+                    del data
+                    loaded += end - begin
+                    tensors += 1
+                    progress()
+                del view
+        files_done += 1
+        progress()
+    emit({"bytes": loaded, "tensors": tensors, "files": files_done, "complete": complete,
+          "start": started, "end": time.monotonic()})
+
+
+def headers(args):
+    wait_until(args.start_at)
+    started = time.monotonic()
+    subprocess.run(["ls", "-l", args.dir], check=True, stdout=subprocess.DEVNULL)
+    listed = time.monotonic()
+    files = 0
+    tensors = 0
+    read_bytes = 0
+    for name in sorted(os.listdir(args.dir)):
+        if not name.endswith(".safetensors"):
+            continue
+        with open(os.path.join(args.dir, name), "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        header.pop("__metadata__", None)
+        files += 1
+        tensors += len(header)
+        read_bytes += 8 + n
+    emit({"bytes": read_bytes, "files": files, "tensors": tensors, "complete": True,
+          "start": started, "listed": listed, "end": time.monotonic()})
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("load")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--order", choices=["storage", "random"], default="storage")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--deadline", type=float)
+    p.add_argument("--max-tensors", type=int)
+    p.add_argument("--start-at", type=float)
+    p = sub.add_parser("headers")
+    p.add_argument("dir")
+    p.add_argument("--start-at", type=float)
+    args = parser.parse_args()
+    if args.mode == "load":
+        load(args)
+    else:
+        headers(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+// memfs_ceiling: the fastest a FUSE file system can serve files on this
+// machine, as the benchmark's ceiling for warm and cold mmap loads.
+//
+//   memfs_ceiling [-f] [--threads N] MOUNTPOINT FILE...
+//
+// Reads every FILE into memory, then mounts a read-only directory holding one
+// file per FILE (by its base name) and serves reads straight from those bytes:
+// no I/O, no locks, no copies beyond the reply. It is set up as tensorfs is:
+// low-level API, multithreaded loop, keep_cache, max_read and max_readahead
+// 1 MiB, attributes cached for an hour, so that a loader running on it
+// measures the kernel's and the FUSE protocol's share of a load and nothing
+// else. Stays in the foreground with -f (the benchmark runs it that way to
+// read its peak RSS); otherwise daemonizes once mounted. Unmount with
+// `fusermount3 -u MOUNTPOINT`.
+//
+// Thread-safety: the file table is built before the session starts and never
+// changes, so the handlers read it from any worker thread without locks.
+#define FUSE_USE_VERSION 314
+
+#include <fuse_lowlevel.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+namespace {
+
+constexpr unsigned kMaxRead = 1u << 20;
+constexpr double kCacheSeconds = 3600;
+constexpr fuse_ino_t kFirstFileInode = 2;  // the root is FUSE_ROOT_ID (1)
+
+struct MemFile {
+  std::string name;
+  std::string bytes;
+};
+
+// Immutable once the session starts.
+std::vector<MemFile>* g_files = nullptr;
+
+const MemFile* FileOf(fuse_ino_t ino) {
+  if (ino < kFirstFileInode || ino - kFirstFileInode >= g_files->size()) return nullptr;
+  return &(*g_files)[ino - kFirstFileInode];
+}
+
+struct stat AttrOf(fuse_ino_t ino) {
+  struct stat st {};
+  st.st_ino = ino;
+  st.st_uid = getuid();
+  st.st_gid = getgid();
+  if (ino == FUSE_ROOT_ID) {
+    st.st_mode = S_IFDIR | 0555;
+    st.st_nlink = 2;
+  } else {
+    st.st_mode = S_IFREG | 0444;
+    st.st_nlink = 1;
+    st.st_size = static_cast<off_t>(FileOf(ino)->bytes.size());
+    st.st_blocks = (st.st_size + 511) / 512;
+  }
+  return st;
+}
+
+void Init(void*, fuse_conn_info* conn) {
+  conn->max_read = kMaxRead;
+  conn->max_readahead = kMaxRead;
+}
+
+void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  if (parent != FUSE_ROOT_ID) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  for (size_t i = 0; i < g_files->size(); ++i) {
+    if ((*g_files)[i].name == name) {
+      fuse_entry_param e{};
+      e.ino = kFirstFileInode + i;
+      e.attr = AttrOf(e.ino);
+      e.attr_timeout = kCacheSeconds;
+      e.entry_timeout = kCacheSeconds;
+      fuse_reply_entry(req, &e);
+      return;
+    }
+  }
+  fuse_reply_err(req, ENOENT);
+}
+
+void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+  if (ino != FUSE_ROOT_ID && FileOf(ino) == nullptr) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  struct stat st = AttrOf(ino);
+  fuse_reply_attr(req, &st, kCacheSeconds);
+}
+
+void ReadDir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  if (ino != FUSE_ROOT_ID) {
+    fuse_reply_err(req, ENOTDIR);
+    return;
+  }
+  // Entries: ".", "..", then the files; `off` is the index of the next one.
+  std::vector<char> buf(size);
+  size_t used = 0;
+  const size_t count = 2 + g_files->size();
+  for (size_t i = static_cast<size_t>(off); i < count; ++i) {
+    const char* name = i == 0 ? "." : i == 1 ? ".." : (*g_files)[i - 2].name.c_str();
+    struct stat st {};
+    st.st_ino = i < 2 ? FUSE_ROOT_ID : kFirstFileInode + (i - 2);
+    st.st_mode = i < 2 ? S_IFDIR : S_IFREG;
+    const size_t need = fuse_add_direntry(req, buf.data() + used, size - used, name, &st,
+                                          static_cast<off_t>(i + 1));
+    if (need > size - used) break;
+    used += need;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  if (FileOf(ino) == nullptr) {
+    fuse_reply_err(req, ino == FUSE_ROOT_ID ? EISDIR : ENOENT);
+    return;
+  }
+  if ((fi->flags & O_ACCMODE) != O_RDONLY) {
+    fuse_reply_err(req, EROFS);
+    return;
+  }
+  fi->keep_cache = 1;
+  fuse_reply_open(req, fi);
+}
+
+void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  const MemFile* file = FileOf(ino);
+  if (file == nullptr) {
+    fuse_reply_err(req, ENOENT);
+    return;
+  }
+  const size_t offset = std::min(static_cast<size_t>(off), file->bytes.size());
+  const size_t n = std::min(size, file->bytes.size() - offset);
+  fuse_reply_buf(req, file->bytes.data() + offset, n);
+}
+
+int Usage() {
+  std::fprintf(stderr, "usage: memfs_ceiling [-f] [--threads N] MOUNTPOINT FILE...\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool foreground = false;
+  unsigned threads = 16;
+  std::string mountpoint;
+  std::vector<std::string> paths;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "-f") {
+      foreground = true;
+    } else if (arg == "--threads" && i + 1 < argc) {
+      threads = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
+    } else if (arg.starts_with("-")) {
+      return Usage();
+    } else if (mountpoint.empty()) {
+      mountpoint = arg;
+    } else {
+      paths.emplace_back(arg);
+    }
+  }
+  if (mountpoint.empty() || paths.empty()) return Usage();
+
+  std::vector<MemFile> files;
+  for (const std::string& path : paths) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      std::fprintf(stderr, "memfs_ceiling: cannot open %s: %s\n", path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    MemFile file;
+    file.name = path.substr(path.find_last_of('/') + 1);
+    file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    files.push_back(std::move(file));
+  }
+  g_files = &files;
+
+  fuse_lowlevel_ops ops{};
+  ops.init = Init;
+  ops.lookup = Lookup;
+  ops.getattr = GetAttr;
+  ops.readdir = ReadDir;
+  ops.open = Open;
+  ops.read = Read;
+
+  const std::string fuse_opts = "ro,default_permissions,fsname=memfs_ceiling,subtype=memfs,max_read=" +
+                                std::to_string(kMaxRead);
+  char arg0[] = "memfs_ceiling";
+  char arg1[] = "-o";
+  std::vector<char> arg2(fuse_opts.begin(), fuse_opts.end());
+  arg2.push_back('\0');
+  char* fuse_argv[] = {arg0, arg1, arg2.data(), nullptr};
+  fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
+  fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), nullptr);
+  if (session == nullptr) return 1;
+  int rc = 1;
+  if (fuse_set_signal_handlers(session) == 0) {
+    if (fuse_session_mount(session, mountpoint.c_str()) == 0) {
+      if (fuse_daemonize(foreground ? 1 : 0) == 0) {
+        fuse_loop_config* config = fuse_loop_cfg_create();
+        fuse_loop_cfg_set_clone_fd(config, 0);
+        fuse_loop_cfg_set_max_threads(config, threads);
+        fuse_loop_cfg_set_idle_threads(config, std::min(threads, 10u));
+        rc = fuse_session_loop_mt(session, config) == 0 ? 0 : 1;
+        fuse_loop_cfg_destroy(config);
+      }
+      fuse_session_unmount(session);
+    }
+    fuse_remove_signal_handlers(session);
+  }
+  fuse_session_destroy(session);
+  return rc;
+}

@@ -1,0 +1,89 @@
+#include "core/engine/chunk_cache.h"
+
+#include <bit>
+
+namespace tensorfs {
+namespace {
+constexpr uint64_t kPage = 4096;
+}
+
+void ChunkCache::Charge(int64_t bytes) {
+  used_ = static_cast<uint64_t>(static_cast<int64_t>(used_) + bytes);
+  metrics_.cache_bytes.store(used_, std::memory_order_relaxed);
+}
+
+ChunkCache::Entry* ChunkCache::Find(const ChunkKey& key) {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+bool ChunkCache::Reserve(uint64_t bytes, bool evict_unconsumed) {
+  while (used_ + bytes > capacity_ && !consumed_.empty()) Evict(consumed_.front());
+  while (evict_unconsumed && used_ + bytes > capacity_ && !ready_.empty()) Evict(ready_.front());
+  return used_ + bytes <= capacity_;
+}
+
+ChunkCache::Entry& ChunkCache::InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched) {
+  auto [it, inserted] = entries_.try_emplace(key);
+  TENSORFS_CHECK(inserted);
+  it->second.range = range;
+  it->second.prefetched = prefetched;
+  Charge(static_cast<int64_t>(range.length));
+  return it->second;
+}
+
+std::vector<ChunkWaiter> ChunkCache::Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk) {
+  Entry& e = entries_.at(key);
+  TENSORFS_CHECK(e.chunk == nullptr && e.list == Entry::List::kNone);
+  e.chunk = std::move(chunk);
+  e.delivered.assign((e.range.length + kPage * 64 - 1) / (kPage * 64), 0);
+  e.list = Entry::List::kReady;
+  e.position = ready_.insert(ready_.end(), key);
+  return std::move(e.waiters);
+}
+
+std::vector<ChunkWaiter> ChunkCache::Fail(const ChunkKey& key) {
+  auto it = entries_.find(key);
+  TENSORFS_CHECK(it != entries_.end() && it->second.chunk == nullptr);
+  std::vector<ChunkWaiter> waiters = std::move(it->second.waiters);
+  Charge(-static_cast<int64_t>(it->second.range.length));
+  entries_.erase(it);
+  return waiters;
+}
+
+void ChunkCache::Touch(const ChunkKey& key) {
+  Entry* e = Find(key);
+  if (e == nullptr || e->list == Entry::List::kNone) return;
+  std::list<ChunkKey>& list = e->list == Entry::List::kReady ? ready_ : consumed_;
+  list.splice(list.end(), list, e->position);
+}
+
+void ChunkCache::MarkDelivered(const ChunkKey& key, ByteRange part) {
+  Entry* e = Find(key);
+  if (e == nullptr || e->list != Entry::List::kReady || part.empty()) return;
+  uint64_t first = (part.offset - e->range.offset) / kPage;
+  uint64_t last = (part.end() - 1 - e->range.offset) / kPage;
+  for (uint64_t p = first; p <= last; ++p) {
+    uint64_t bit = uint64_t{1} << (p % 64);
+    if ((e->delivered[p / 64] & bit) == 0) {
+      e->delivered[p / 64] |= bit;
+      ++e->delivered_pages;
+    }
+  }
+  if (e->delivered_pages == (e->range.length + kPage - 1) / kPage) {
+    ready_.erase(e->position);
+    e->list = Entry::List::kConsumed;
+    e->position = consumed_.insert(consumed_.end(), key);
+  }
+}
+
+void ChunkCache::Evict(const ChunkKey& key) {
+  auto it = entries_.find(key);
+  TENSORFS_CHECK(it != entries_.end() && it->second.list != Entry::List::kNone);
+  (it->second.list == Entry::List::kReady ? ready_ : consumed_).erase(it->second.position);
+  Charge(-static_cast<int64_t>(it->second.range.length));
+  entries_.erase(it);
+  metrics_.cache_evictions.fetch_add(1, std::memory_order_relaxed);
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,86 @@
+// ChunkCache: the chunks in memory, bounded by bytes, with the bookkeeping for
+// single-flight fetches and for eviction order.
+//
+// An entry is either loading (a fetch is under way; readers queue as waiters,
+// so concurrent requests for one chunk share one fetch) or ready (its bytes are
+// published as shared_ptr<const Chunk>: eviction only drops the cache's
+// reference, never bytes a reply still uses). Ready chunks whose every page has
+// been delivered to the kernel (which now caches them itself) are evicted
+// first, least recently used first; then other ready chunks, LRU. Loading
+// chunks are never evicted. Keys include the object generation.
+//
+// Thread-safety: none of its own; ReadEngine calls it with its mutex held.
+#ifndef TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
+#define TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "core/engine/chunk.h"
+#include "core/metrics/metrics.h"
+#include "core/util/status.h"
+#include "core/util/types.h"
+
+namespace tensorfs {
+
+struct ChunkKey {
+  ObjectId object;
+  size_t index = 0;
+  auto operator<=>(const ChunkKey&) const = default;
+};
+
+// Called once when a loading chunk is ready or failed.
+using ChunkWaiter = std::function<void(const StatusOr<std::shared_ptr<const Chunk>>&)>;
+
+class ChunkCache {
+ public:
+  struct Entry {
+    ByteRange range;
+    std::shared_ptr<const Chunk> chunk;  // null while loading
+    std::vector<ChunkWaiter> waiters;    // while loading
+    bool prefetched = false;             // started by prefetch rather than a read
+    std::vector<uint64_t> delivered;     // bitmap of 4 KiB pages given to the kernel
+    uint64_t delivered_pages = 0;
+    enum class List { kNone, kReady, kConsumed } list = List::kNone;
+    std::list<ChunkKey>::iterator position;
+  };
+
+  ChunkCache(uint64_t capacity, Metrics& metrics) : capacity_(capacity), metrics_(metrics) {}
+
+  uint64_t capacity() const { return capacity_; }
+  uint64_t used() const { return used_; }
+
+  Entry* Find(const ChunkKey& key);
+  // Makes room for `bytes` more: evicts consumed chunks, then (if
+  // `evict_unconsumed`) any ready chunk, LRU first. False if it cannot.
+  bool Reserve(uint64_t bytes, bool evict_unconsumed);
+  // A new loading entry, charged to the budget (call Reserve first).
+  Entry& InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched);
+  // The fetch succeeded: the entry becomes ready. Returns its waiters.
+  std::vector<ChunkWaiter> Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk);
+  // The fetch failed: the entry is dropped so a later read tries again.
+  std::vector<ChunkWaiter> Fail(const ChunkKey& key);
+  // A read used the chunk: most recently used.
+  void Touch(const ChunkKey& key);
+  // Bytes `part` (file offsets, within the chunk) went to the kernel.
+  void MarkDelivered(const ChunkKey& key, ByteRange part);
+
+ private:
+  void Evict(const ChunkKey& key);
+  void Charge(int64_t bytes);
+
+  const uint64_t capacity_;
+  Metrics& metrics_;
+  uint64_t used_ = 0;
+  std::map<ChunkKey, Entry> entries_;
+  std::list<ChunkKey> ready_;     // LRU order: front is least recent
+  std::list<ChunkKey> consumed_;  // LRU order: front is least recent
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_

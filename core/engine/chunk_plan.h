@@ -1,0 +1,56 @@
+// ChunkPlan: how one object is cut into chunks, the unit of fetching and caching.
+//
+// Chunk 0 is the object's head: for a safetensors file, the 8-byte length, the
+// JSON header and the start of the data, fetched in one request on first use.
+// The rest follows the tensors when the header is known: consecutive small
+// tensors share a chunk (up to chunk_size), a tensor larger than a chunk is
+// split into near-equal pieces no larger than chunk_size, and no chunk crosses
+// from one tensor into another unless both are small. Other objects (and a
+// safetensors file whose header is malformed) are cut at multiples of chunk_size.
+//
+// Each chunk also knows the last chunk of the tensor it begins or belongs to,
+// so the engine can fetch the rest of a tensor as soon as any of it is read.
+//
+// Thread-safety: immutable after construction.
+#ifndef TENSORFS_CORE_ENGINE_CHUNK_PLAN_H_
+#define TENSORFS_CORE_ENGINE_CHUNK_PLAN_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/safetensors/header.h"
+#include "core/util/types.h"
+
+namespace tensorfs {
+
+class ChunkPlan {
+ public:
+  // Aligned chunks after a head chunk [0, head_end).
+  static ChunkPlan Aligned(uint64_t object_size, uint64_t head_end, uint64_t chunk_size);
+  // Tensor-aware chunks after a head chunk [0, head_end). The header must have
+  // been validated against object_size.
+  static ChunkPlan ForSafetensors(const SafetensorsHeader& header, uint64_t object_size, uint64_t head_end,
+                                  uint64_t chunk_size);
+
+  size_t size() const { return starts_.size(); }
+  uint64_t object_size() const { return object_size_; }
+  ByteRange Chunk(size_t index) const;
+  // The chunk holding byte `offset` (< object_size).
+  size_t ChunkAt(uint64_t offset) const;
+  // The last chunk of the tensor that chunk `index` holds the start or a piece of
+  // (index itself for coalesced small tensors and for aligned plans).
+  size_t TensorEnd(size_t index) const { return tensor_end_[index]; }
+
+ private:
+  ChunkPlan(uint64_t object_size) : object_size_(object_size) {}
+  void Add(uint64_t start, size_t tensor_end);
+
+  uint64_t object_size_;
+  std::vector<uint64_t> starts_;     // chunk i is [starts_[i], starts_[i+1] or object_size_)
+  std::vector<size_t> tensor_end_;  // see TensorEnd
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_CHUNK_PLAN_H_

@@ -1,0 +1,137 @@
+// ReadEngine: turns the kernel's reads (4 KiB to 1 MiB, in any order, from any
+// number of readers) into few, large, parallel range requests, and serves the
+// reads from one shared in-memory chunk cache.
+//
+//   Read(object, offset, size, done)
+//     -> the object's ChunkPlan (from its header, fetched with the first read)
+//     -> the chunks the range needs: cached, being fetched (join that fetch), or
+//        fetched now at demand priority
+//     -> prefetch: the rest of the tensor being read; the next chunks in storage
+//        order for a reader moving forward; the whole object, in storage order,
+//        once readers jump around in it
+//     -> done(bytes) once every chunk is in, called on the thread that
+//        completed the last fetch: a read never blocks the caller's thread.
+//
+// Reads are pinned to the object's generation (it is part of every cache key):
+// a replaced object fails with kStale, never returns a mix of versions.
+//
+// Memory: the cache holds at most cache_size bytes of chunks, loading ones
+// included. A read that finds the cache full of chunks still loading may
+// exceed it by the chunks it needs; prefetch never does.
+//
+// Thread-safety: all public methods may be called concurrently. mu_ guards the
+// cache and the per-object state; it is never held across store I/O or while
+// calling a ReadDone.
+#ifndef TENSORFS_CORE_ENGINE_READ_ENGINE_H_
+#define TENSORFS_CORE_ENGINE_READ_ENGINE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "core/engine/chunk_cache.h"
+#include "core/engine/chunk_plan.h"
+#include "core/engine/read_result.h"
+#include "core/metrics/metrics.h"
+#include "core/store/object_store.h"
+#include "core/util/thread_annotations.h"
+
+namespace tensorfs {
+
+struct EngineOptions {
+  uint64_t chunk_size = 8ull << 20;        // the largest planned range request
+  uint64_t cache_size = 2ull << 30;        // bytes of chunks kept in memory
+  int max_fetches = 32;                    // range requests in flight at once
+  uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead of a sequential reader
+  uint64_t head_size = 256ull << 10;       // first request of a .safetensors object
+
+  // The message says which option to change.
+  Status Validate() const;
+};
+
+class ReadEngine {
+ public:
+  // `store` and `metrics` must outlive the engine.
+  ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics);
+  // Fails queued fetches, then waits for the running ones to finish.
+  ~ReadEngine();
+
+  // Reads up to `size` bytes at `offset` of `object` (fewer at its end, none past
+  // it) and calls `done` exactly once, on any thread, maybe before returning.
+  void Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done) EXCLUDES(mu_);
+
+  // Starts fetching the head (header and start of data) of `object`, so that a
+  // loader opening many shards finds their headers in memory.
+  void PrefetchHead(const ObjectInfo& object) EXCLUDES(mu_);
+
+  Metrics& metrics() { return metrics_; }
+
+  // The plan of an object whose head has been fetched; null before.
+  std::shared_ptr<const ChunkPlan> PlanOf(const ObjectId& object) EXCLUDES(mu_);
+
+ private:
+  struct ReadOp;
+  // A run of chunks one reader is moving through (see UpdateStreams).
+  struct Stream {
+    size_t start = 0;     // first chunk of the run
+    size_t last = 0;      // highest chunk read
+    size_t frontier = 0;  // highest chunk requested
+    uint64_t reads = 0;
+    uint64_t age = 0;     // for replacing the least recently used stream
+  };
+  struct ObjectState {
+    ObjectInfo info;
+    std::shared_ptr<const ChunkPlan> plan;
+    bool head_requested = false;
+    std::vector<std::function<void(const Status&)>> plan_waiters;
+    std::vector<Stream> streams;
+    uint64_t clock = 0;
+    int far_jumps = 0;
+    bool sweep = false;  // prefetching the whole object in storage order
+    size_t sweep_next = 0;
+    int sweep_in_flight = 0;
+  };
+  struct Job {
+    ChunkKey key;
+    ByteRange range;
+    bool head = false;  // the head fetch, which also builds the plan
+    bool sweep = false;
+  };
+
+  ObjectState& StateOf(const ObjectInfo& object) REQUIRES(mu_);
+  void StartHead(ObjectState& state, bool prefetch) REQUIRES(mu_);
+  // Requests chunk `index` (if not cached or loading). Prefetches give up when
+  // the cache has no room; returns whether the chunk is cached or coming.
+  bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
+  void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
+  void UpdateStreams(ObjectState& state, size_t first, size_t last) REQUIRES(mu_);
+  void TopUpSweep(ObjectState& state) REQUIRES(mu_);
+  size_t WindowChunks(const ChunkPlan& plan, size_t from) const;
+
+  void WorkerLoop() EXCLUDES(mu_);
+  void RunJob(const Job& job) EXCLUDES(mu_);
+  // Fetches the head of an object and builds its plan.
+  StatusOr<std::shared_ptr<Chunk>> FetchHead(const ObjectInfo& object, std::shared_ptr<const ChunkPlan>* plan);
+  void FinishRead(const std::shared_ptr<ReadOp>& op) EXCLUDES(mu_);
+
+  ObjectStore& store_;
+  const EngineOptions options_;
+  Metrics& metrics_;
+
+  Mutex mu_;
+  CondVar work_cv_;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  ChunkCache cache_ GUARDED_BY(mu_);
+  std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
+  std::deque<Job> demand_queue_ GUARDED_BY(mu_);
+  std::deque<Job> prefetch_queue_ GUARDED_BY(mu_);
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_READ_ENGINE_H_

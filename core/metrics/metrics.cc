@@ -1,0 +1,63 @@
+#include "core/metrics/metrics.h"
+
+#include <nlohmann/json.hpp>
+
+namespace tensorfs {
+
+void LatencyHistogram::Observe(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  counts_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_micros_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+LatencyHistogram::Snapshot LatencyHistogram::Take() const {
+  Snapshot s;
+  for (size_t i = 0; i < counts_.size(); ++i) s.counts[i] = counts_[i].load(std::memory_order_relaxed);
+  s.count = count_.load(std::memory_order_relaxed);
+  s.sum_seconds = static_cast<double>(sum_micros_.load(std::memory_order_relaxed)) / 1e6;
+  return s;
+}
+
+double LatencyHistogram::Snapshot::Quantile(double q) const {
+  uint64_t total = 0;
+  for (uint64_t c : counts) total += c;
+  if (total == 0) return 0;
+  uint64_t rank = static_cast<uint64_t>(q * static_cast<double>(total) + 0.5);
+  uint64_t seen = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    seen += counts[i];
+    if (seen >= rank && seen > 0) return i < kBounds.size() ? kBounds[i] : kBounds.back();
+  }
+  return kBounds.back();
+}
+
+nlohmann::json Metrics::ToJson() const {
+  auto load = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  nlohmann::json j = {
+      {"read_requests", load(read_requests)},   {"bytes_served", load(bytes_served)},
+      {"cache_hits", load(cache_hits)},         {"cache_misses", load(cache_misses)},
+      {"cache_evictions", load(cache_evictions)}, {"cache_bytes", load(cache_bytes)},
+      {"fetches", load(fetches)},               {"prefetches", load(prefetches)},
+      {"bytes_fetched", load(bytes_fetched)},   {"fetches_in_flight", load(fetches_in_flight)},
+      {"metadata_requests", load(metadata_requests)},
+  };
+  nlohmann::json errors = nlohmann::json::object();
+  for (size_t i = 1; i < errors_by_code.size(); ++i) {
+    if (uint64_t n = load(errors_by_code[i]); n > 0) errors[std::string(ErrorCodeName(static_cast<ErrorCode>(i)))] = n;
+  }
+  j["errors"] = errors;
+  LatencyHistogram::Snapshot h = fetch_latency.Take();
+  nlohmann::json buckets = nlohmann::json::array();
+  for (size_t i = 0; i < LatencyHistogram::kBounds.size(); ++i) {
+    buckets.push_back({LatencyHistogram::kBounds[i], h.counts[i]});
+  }
+  buckets.push_back({"+Inf", h.counts.back()});
+  j["fetch_latency"] = {{"count", h.count},          {"sum_seconds", h.sum_seconds},
+                        {"p50", h.Quantile(0.5)},    {"p90", h.Quantile(0.9)},
+                        {"p99", h.Quantile(0.99)},   {"buckets", buckets}};
+  return j;
+}
+
+}  // namespace tensorfs

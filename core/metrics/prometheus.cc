@@ -1,0 +1,200 @@
+#include "core/metrics/prometheus.h"
+
+#include <arpa/inet.h>
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
+
+namespace tensorfs {
+namespace {
+
+void Family(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+void Single(std::string& out, std::string_view name, std::string_view type, std::string_view help,
+            const std::atomic<uint64_t>& value) {
+  Family(out, name, type, help);
+  fmt::format_to(std::back_inserter(out), "{} {}\n", name, value.load(std::memory_order_relaxed));
+}
+
+// "NOT_FOUND" -> "not_found".
+std::string LabelValue(std::string_view code_name) {
+  std::string s(code_name);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+// Sends all of `data`; false if the peer went away or stalled.
+bool SendAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+std::string Response(std::string_view status, std::string_view content_type, std::string_view body,
+                     bool head, std::string_view extra_headers = "") {
+  std::string r = fmt::format(
+      "HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}Connection: close\r\n\r\n", status,
+      content_type, body.size(), extra_headers);
+  if (!head) r.append(body);
+  return r;
+}
+
+}  // namespace
+
+std::string RenderPrometheusText(const Metrics& m) {
+  std::string out;
+  out.reserve(4096);
+  Single(out, "tensorfs_read_requests_total", "counter", "Read requests from the kernel answered.",
+         m.read_requests);
+  Single(out, "tensorfs_served_bytes_total", "counter", "Bytes returned to the kernel by reads.", m.bytes_served);
+  Single(out, "tensorfs_cache_hits_total", "counter", "Chunk lookups answered from the memory cache.",
+         m.cache_hits);
+  Single(out, "tensorfs_cache_misses_total", "counter", "Chunk lookups that had to fetch or join a fetch.",
+         m.cache_misses);
+  Single(out, "tensorfs_cache_evictions_total", "counter", "Chunks dropped to stay within cache_size.",
+         m.cache_evictions);
+  Single(out, "tensorfs_cache_bytes", "gauge", "Bytes held by the chunk cache now.", m.cache_bytes);
+  Single(out, "tensorfs_fetches_total", "counter", "Ranged reads issued to the object store.", m.fetches);
+  Single(out, "tensorfs_prefetches_total", "counter",
+         "Ranged reads started by prefetch (also counted in tensorfs_fetches_total).", m.prefetches);
+  Single(out, "tensorfs_fetched_bytes_total", "counter", "Bytes read from the object store.", m.bytes_fetched);
+  Single(out, "tensorfs_fetches_in_flight", "gauge", "Ranged reads in flight now.", m.fetches_in_flight);
+  Single(out, "tensorfs_metadata_requests_total", "counter", "Listings and stats sent to the object store.",
+         m.metadata_requests);
+
+  Family(out, "tensorfs_errors_total", "counter", "Failed operations, by kind of error.");
+  for (size_t i = 1; i < m.errors_by_code.size(); ++i) {
+    fmt::format_to(std::back_inserter(out), "tensorfs_errors_total{{kind=\"{}\"}} {}\n",
+                   LabelValue(ErrorCodeName(static_cast<ErrorCode>(i))),
+                   m.errors_by_code[i].load(std::memory_order_relaxed));
+  }
+
+  Family(out, "tensorfs_fetch_latency_seconds", "histogram",
+         "Time to complete one ranged read from the object store.");
+  LatencyHistogram::Snapshot h = m.fetch_latency.Take();
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < LatencyHistogram::kBounds.size(); ++i) {
+    cumulative += h.counts[i];
+    fmt::format_to(std::back_inserter(out), "tensorfs_fetch_latency_seconds_bucket{{le=\"{}\"}} {}\n",
+                   LatencyHistogram::kBounds[i], cumulative);
+  }
+  cumulative += h.counts.back();
+  // _count equals the +Inf bucket even while other threads observe.
+  fmt::format_to(std::back_inserter(out),
+                 "tensorfs_fetch_latency_seconds_bucket{{le=\"+Inf\"}} {}\n"
+                 "tensorfs_fetch_latency_seconds_sum {}\n"
+                 "tensorfs_fetch_latency_seconds_count {}\n",
+                 cumulative, h.sum_seconds, cumulative);
+  return out;
+}
+
+StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(const Metrics& metrics, int port) {
+  std::string where = "127.0.0.1:" + std::to_string(port);
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError("cannot serve metrics on " + where + ": socket: " + ErrnoText(errno));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // rebinding after a restart
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+    int err = errno;
+    ::close(fd);
+    std::string why = err == EADDRINUSE ? "the port is already in use by another process"
+                      : err == EACCES ? "permission denied"
+                                      : ErrnoText(err);
+    return UnavailableError("cannot serve metrics on " + where + ": " + why +
+                            "; choose another -o prometheus_port");
+  }
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int wake = ::eventfd(0, EFD_CLOEXEC);
+  if (wake < 0) {
+    int err = errno;
+    ::close(fd);
+    return UnavailableError("cannot serve metrics on " + where + ": eventfd: " + ErrnoText(err));
+  }
+  std::unique_ptr<PrometheusServer> server(new PrometheusServer(metrics, fd, wake, ntohs(addr.sin_port)));
+  server->thread_ = std::thread([s = server.get()] { s->Serve(); });
+  return server;
+}
+
+PrometheusServer::~PrometheusServer() {
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+}
+
+void PrometheusServer::Serve() {
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  while (true) {
+    int n = ::poll(fds, 2, -1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || (fds[1].revents & POLLIN)) return;
+    if (!(fds[0].revents & POLLIN)) continue;
+    int conn = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) continue;  // the client gave up, or out of descriptors: try the next one
+    Answer(conn);
+    ::close(conn);
+  }
+}
+
+void PrometheusServer::Answer(int fd) {
+  timeval timeout = {2, 0};  // a stalled client does not hold the server up
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  std::string request;
+  char buf[2048];
+  while (request.find("\r\n\r\n") == std::string::npos && request.find("\n\n") == std::string::npos) {
+    if (request.size() > 16384) return;  // not a scrape
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (request.find('\n') != std::string::npos) break;  // HTTP/0.9-style clients end early
+      return;
+    }
+    request.append(buf, static_cast<size_t>(n));
+  }
+  // "GET /metrics?x=y HTTP/1.1"
+  std::string_view line(request);
+  line = line.substr(0, line.find_first_of("\r\n"));
+  size_t sp1 = line.find(' ');
+  size_t sp2 = sp1 == std::string_view::npos ? std::string_view::npos : line.find(' ', sp1 + 1);
+  std::string_view method = line.substr(0, sp1);
+  std::string_view target =
+      sp1 == std::string_view::npos ? std::string_view() : line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string_view path = target.substr(0, target.find('?'));
+  bool head = method == "HEAD";
+  std::string reply;
+  if (method != "GET" && !head) {
+    reply = Response("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET is served\n", false,
+                     "Allow: GET, HEAD\r\n");
+  } else if (path != "/metrics") {
+    reply = Response("404 Not Found", "text/plain; charset=utf-8", "not found: metrics are at /metrics\n", head);
+  } else {
+    reply = Response("200 OK", kPrometheusContentType, RenderPrometheusText(metrics_), head);
+  }
+  SendAll(fd, reply);
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,70 @@
+// The mount's Metrics for Prometheus: RenderPrometheusText() writes them in the
+// text exposition format (version 0.0.4), and PrometheusServer answers
+// GET /metrics with it on 127.0.0.1 (-o prometheus_port=N).
+//
+// Families (every one is always present, zero until something happens):
+//   tensorfs_read_requests_total, tensorfs_served_bytes_total,
+//   tensorfs_cache_hits_total, tensorfs_cache_misses_total,
+//   tensorfs_cache_evictions_total, tensorfs_cache_bytes (gauge),
+//   tensorfs_fetches_total, tensorfs_prefetches_total, tensorfs_fetched_bytes_total,
+//   tensorfs_fetches_in_flight (gauge), tensorfs_metadata_requests_total,
+//   tensorfs_errors_total{kind="not_found"|...} (one series per ErrorCode but OK),
+//   tensorfs_fetch_latency_seconds (histogram: _bucket{le=".."} cumulative, _sum, _count).
+// A field added to Metrics is added here too.
+//
+// The server is deliberately small: one thread accepts on a socket bound to
+// 127.0.0.1 only, serves one request per connection (HTTP/1.0 or 1.1, closed
+// after the reply: 200 for /metrics, 404 for any other path, 405 for a method
+// other than GET or HEAD), and gives a client that stalls 2 s up. It is not
+// reachable from other machines; put a proxy in front to scrape it remotely.
+//
+// Thread-safety: RenderPrometheusText() may run concurrently with updates to
+// the Metrics (each value is read once, with relaxed loads). A PrometheusServer
+// is created and destroyed by one thread; its serving thread only reads.
+#ifndef TENSORFS_CORE_METRICS_PROMETHEUS_H_
+#define TENSORFS_CORE_METRICS_PROMETHEUS_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "core/metrics/metrics.h"
+#include "core/util/status.h"
+
+namespace tensorfs {
+
+// The Content-Type of the text format.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+std::string RenderPrometheusText(const Metrics& metrics);
+
+class PrometheusServer {
+ public:
+  // Listens on 127.0.0.1:`port` (0: any free port, see port()) and starts
+  // serving `metrics`, which must outlive the server. Fails, saying which port
+  // and why, when the port cannot be bound (e.g. another process has it).
+  static StatusOr<std::unique_ptr<PrometheusServer>> Start(const Metrics& metrics, int port);
+
+  PrometheusServer(const PrometheusServer&) = delete;
+  PrometheusServer& operator=(const PrometheusServer&) = delete;
+  // Stops accepting, finishes the reply in progress (at most 2 s), closes the socket.
+  ~PrometheusServer();
+
+  int port() const { return port_; }
+
+ private:
+  PrometheusServer(const Metrics& metrics, int listen_fd, int wake_fd, int port)
+      : metrics_(metrics), listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {}
+  void Serve();
+  void Answer(int fd);
+
+  const Metrics& metrics_;
+  const int listen_fd_;
+  const int wake_fd_;  // an eventfd: written once to stop Serve()
+  const int port_;
+  std::thread thread_;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_METRICS_PROMETHEUS_H_

@@ -1,0 +1,74 @@
+#include "fs/stats.h"
+
+#include <sys/xattr.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+namespace tensorfs {
+
+StatusOr<nlohmann::json> ReadMountStats(const std::string& mountpoint) {
+  std::vector<char> buf(1 << 20);
+  ssize_t n = ::getxattr(mountpoint.c_str(), kStatsXattr, buf.data(), buf.size());
+  if (n < 0) {
+    return InvalidArgumentError(mountpoint + " is not a tensorfs mount point (" + std::strerror(errno) +
+                                "): give the directory tensorfs is mounted on");
+  }
+  nlohmann::json stats = nlohmann::json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
+  if (stats.is_discarded()) return InternalError("the counters of " + mountpoint + " are not valid JSON");
+  return stats;
+}
+
+namespace {
+
+std::string Bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char out[32];
+  std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return out;
+}
+
+}  // namespace
+
+std::string RenderStatsText(const nlohmann::json& s) {
+  auto u = [&](const char* key) { return s.value(key, uint64_t{0}); };
+  std::ostringstream out;
+  const uint64_t served = u("bytes_served");
+  const uint64_t fetched = u("bytes_fetched");
+  const uint64_t hits = u("cache_hits");
+  const uint64_t misses = u("cache_misses");
+  out << "reads from the kernel   " << u("read_requests") << " (" << Bytes(static_cast<double>(served)) << ")\n";
+  out << "range requests issued   " << u("fetches") << " (" << u("prefetches") << " prefetch), " << u("fetches_in_flight")
+      << " in flight\n";
+  out << "bytes fetched           " << Bytes(static_cast<double>(fetched));
+  if (served > 0) {
+    char ratio[32];
+    std::snprintf(ratio, sizeof ratio, " (%.2fx the bytes served)", static_cast<double>(fetched) / static_cast<double>(served));
+    out << ratio;
+  }
+  out << "\n";
+  out << "cache                   " << Bytes(static_cast<double>(u("cache_bytes"))) << " held; " << hits << " hits, " << misses
+      << " misses, " << u("cache_evictions") << " evictions\n";
+  out << "metadata requests       " << u("metadata_requests") << "\n";
+  const auto& lat = s.value("fetch_latency", nlohmann::json::object());
+  char line[128];
+  std::snprintf(line, sizeof line, "fetch latency           p50 <= %.3f s, p90 <= %.3f s, p99 <= %.3f s over %llu fetches\n",
+                lat.value("p50", 0.0), lat.value("p90", 0.0), lat.value("p99", 0.0),
+                static_cast<unsigned long long>(lat.value("count", uint64_t{0})));
+  out << line;
+  const auto& errors = s.value("errors", nlohmann::json::object());
+  out << "errors                  ";
+  if (errors.empty()) out << "none";
+  for (const auto& [code, n] : errors.items()) out << code << " " << n << "  ";
+  out << "\n";
+  return out.str();
+}
+
+}  // namespace tensorfs

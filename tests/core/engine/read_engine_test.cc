@@ -1,0 +1,349 @@
+#include "core/engine/read_engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <random>
+#include <thread>
+
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/controlled_store.h"
+#include "tests/support/memory_store.h"
+
+namespace tensorfs {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ControlledStore;
+using testing::MemoryStore;
+
+std::string Bytes(const ReadResult& r) {
+  std::string s;
+  for (auto p : r.pieces) s.append(reinterpret_cast<const char*>(p.data()), p.size());
+  return s;
+}
+
+// Reads synchronously through the engine.
+StatusOr<std::string> ReadSync(ReadEngine& engine, const ObjectInfo& object, uint64_t offset, size_t size) {
+  std::promise<StatusOr<ReadResult>> promise;
+  engine.Read(object, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); });
+  StatusOr<ReadResult> r = promise.get_future().get();
+  if (!r.ok()) return r.status();
+  return Bytes(*r);
+}
+
+// A small checkpoint: a few MiB, tensors of many sizes, in 2 shards.
+class ReadEngineTest : public ::testing::Test {
+ protected:
+  ReadEngineTest() {
+    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 3, .hidden = 128, .intermediate = 512,
+                            .vocab = 1024, .dtype = Dtype::F32};
+    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 2});
+    EXPECT_TRUE(files.ok());
+    for (auto& [name, bytes] : *files) {
+      sources_[name] = bytes;
+      memory_.Put(name, bytes);
+    }
+    shard_ = *memory_.Stat("model-00001-of-00002.safetensors");
+  }
+  EngineOptions SmallOptions() const {
+    return EngineOptions{.chunk_size = 64 << 10, .cache_size = 4 << 20, .max_fetches = 4,
+                         .prefetch_window = 256 << 10, .head_size = 16 << 10};
+  }
+  const std::string& Source(const ObjectInfo& o) { return sources_.at(o.name); }
+  // Waits until no fetch has started or run for 100 ms.
+  void WaitIdle(const ControlledStore& store) {
+    size_t seen = store.reads().size();
+    for (int quiet = 0; quiet < 10;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      size_t now = store.reads().size();
+      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
+      seen = now;
+    }
+  }
+
+  MemoryStore memory_;
+  std::map<std::string, std::string> sources_;
+  ObjectInfo shard_;
+  Metrics metrics_;
+};
+
+TEST_F(ReadEngineTest, ReadReturnsTheSourceBytes) {
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  auto bytes = ReadSync(engine, shard_, 1000, 300000);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  EXPECT_EQ(*bytes, Source(shard_).substr(1000, 300000));
+}
+
+TEST_F(ReadEngineTest, ReadPastTheEndIsEmptyAndShortAtTheEnd) {
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  EXPECT_EQ(*ReadSync(engine, shard_, shard_.size, 100), "");
+  EXPECT_EQ(*ReadSync(engine, shard_, shard_.size - 10, 100), Source(shard_).substr(shard_.size - 10));
+}
+
+TEST_F(ReadEngineTest, FirstReadFetchesHeaderAndPlansByTensor) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());
+  auto plan = engine.PlanOf(shard_.id());
+  ASSERT_NE(plan, nullptr);
+  auto header = ParseSafetensorsFile(shard_.name, std::as_bytes(std::span(Source(shard_))));
+  ASSERT_TRUE(header.ok());
+  ChunkPlan expected = ChunkPlan::ForSafetensors(*header, shard_.size, 16 << 10, 64 << 10);
+  ASSERT_EQ(plan->size(), expected.size());
+  ASSERT_GE(store.reads().size(), 1u);
+  EXPECT_EQ(store.reads()[0].offset, 0u);
+  EXPECT_EQ(store.reads()[0].length, 16u << 10) << "header and start of data in one request";
+}
+
+TEST_F(ReadEngineTest, ConcurrentReadsOfOneChunkShareOneFetch) {
+  ControlledStore store(memory_, /*hold=*/false);
+  EngineOptions options = SmallOptions();
+  options.prefetch_window = 64 << 10;
+  ReadEngine engine(store, options, metrics_);
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // plan known
+  WaitIdle(store);
+  auto plan = engine.PlanOf(shard_.id());
+  // The last chunk: no prefetch can have fetched it.
+  ByteRange target = plan->Chunk(plan->size() - 1);
+  store.Hold();
+  size_t reads_before = store.reads().size();
+  std::vector<std::promise<StatusOr<ReadResult>>> results(8);
+  for (int i = 0; i < 8; ++i) {
+    engine.Read(shard_, target.offset + i, 100, [&results, i](StatusOr<ReadResult> r) { results[i].set_value(std::move(r)); });
+  }
+  ASSERT_TRUE(store.WaitForBlocked(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(store.blocked(), 1) << "one fetch for eight readers";
+  store.ReleaseAll();
+  for (int i = 0; i < 8; ++i) {
+    auto r = results[i].get_future().get();
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(Bytes(*r), Source(shard_).substr(target.offset + i, 100));
+  }
+  int fetches_of_target = 0;
+  auto reads = store.reads();
+  for (size_t i = reads_before; i < reads.size(); ++i) fetches_of_target += reads[i].offset == target.offset;
+  EXPECT_EQ(fetches_of_target, 1);
+}
+
+TEST_F(ReadEngineTest, ReadDoesNotBlockTheCallerWhileFetching) {
+  ControlledStore store(memory_, /*hold=*/true);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  std::promise<StatusOr<ReadResult>> result;
+  auto start = std::chrono::steady_clock::now();
+  engine.Read(shard_, 0, 4096, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  ASSERT_TRUE(store.WaitForBlocked(1));
+  store.ReleaseAll();
+  EXPECT_TRUE(result.get_future().get().ok());
+}
+
+TEST_F(ReadEngineTest, SequentialReadFetchesEveryChunkOnceAndPrefetchesAhead) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  const std::string& src = Source(shard_);
+  for (uint64_t off = 0; off < shard_.size; off += 128 << 10) {
+    auto bytes = ReadSync(engine, shard_, off, 128 << 10);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_EQ(*bytes, src.substr(off, 128 << 10));
+  }
+  auto plan = engine.PlanOf(shard_.id());
+  std::set<uint64_t> offsets;
+  for (const auto& r : store.reads()) EXPECT_TRUE(offsets.insert(r.offset).second) << "fetched twice: " << r.offset;
+  EXPECT_EQ(store.reads().size(), plan->size());
+  EXPECT_GT(metrics_.prefetches.load(), 0u);
+  EXPECT_EQ(metrics_.bytes_fetched.load(), shard_.size);
+}
+
+// glibc's memcpy of >= 1 MiB touches the first page, the last page, then the
+// rest: through mmap each tensor reads as a jump forward and a jump back.
+TEST_F(ReadEngineTest, MemcpyPatternFetchesEachChunkOnce) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  const std::string& src = Source(shard_);
+  auto header = ParseSafetensorsFile(shard_.name, std::as_bytes(std::span(src)));
+  ASSERT_TRUE(header.ok());
+  for (const TensorInfo& t : header->tensors) {
+    uint64_t begin = header->data_start() + t.begin, end = header->data_start() + t.end;
+    uint64_t first_page = begin & ~uint64_t{4095};
+    uint64_t last_page = (end - 1) & ~uint64_t{4095};
+    ASSERT_TRUE(ReadSync(engine, shard_, first_page, 4096).ok());
+    ASSERT_TRUE(ReadSync(engine, shard_, last_page, 4096).ok());
+    for (uint64_t p = first_page + 4096; p < last_page; p += 4096) {
+      auto page = ReadSync(engine, shard_, p, 4096);
+      ASSERT_TRUE(page.ok());
+      ASSERT_EQ(*page, src.substr(p, 4096));
+    }
+  }
+  auto plan = engine.PlanOf(shard_.id());
+  EXPECT_EQ(store.reads().size(), plan->size());
+  EXPECT_EQ(metrics_.bytes_fetched.load(), shard_.size);
+}
+
+TEST_F(ReadEngineTest, RandomTensorOrderFetchesEachChunkAtMostOnce) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  const std::string& src = Source(shard_);
+  auto header = ParseSafetensorsFile(shard_.name, std::as_bytes(std::span(src)));
+  std::vector<TensorInfo> tensors = header->tensors;
+  std::shuffle(tensors.begin(), tensors.end(), std::mt19937(3));
+  for (const TensorInfo& t : tensors) {
+    uint64_t begin = header->data_start() + t.begin;
+    auto bytes = ReadSync(engine, shard_, begin, t.size());
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_EQ(*bytes, src.substr(begin, t.size()));
+  }
+  auto plan = engine.PlanOf(shard_.id());
+  EXPECT_LE(store.reads().size(), plan->size());
+  EXPECT_LE(metrics_.bytes_fetched.load(), shard_.size);
+}
+
+TEST_F(ReadEngineTest, FarJumpFetchesOnlyTheTensorItLandsIn) {
+  ControlledStore store(memory_, /*hold=*/false);
+  EngineOptions options = SmallOptions();
+  ReadEngine engine(store, options, metrics_);
+  const std::string& src = Source(shard_);
+  auto header = ParseSafetensorsFile(shard_.name, std::as_bytes(std::span(src)));
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());
+  WaitIdle(store);
+  size_t before = store.reads().size();
+  // The largest tensor that does not start in the head chunk.
+  auto plan = engine.PlanOf(shard_.id());
+  const TensorInfo* big = nullptr;
+  for (const auto& t : header->tensors) {
+    if (header->data_start() + t.begin >= plan->Chunk(0).end() && (big == nullptr || t.size() > big->size())) big = &t;
+  }
+  ASSERT_NE(big, nullptr);
+  uint64_t begin = header->data_start() + big->begin;
+  ASSERT_TRUE(ReadSync(engine, shard_, begin, 4096).ok());
+  WaitIdle(store);
+  size_t after_jump = store.reads().size();
+  uint64_t fetched = 0;
+  for (size_t i = before; i < after_jump; ++i) fetched += store.reads()[i].length;
+  EXPECT_LE(fetched, big->size() + (64 << 10)) << "nothing much beyond the tensor";
+  // The whole tensor is in memory now: reading it fetches none of it again
+  // (the reader moving on may start prefetching the next tensor).
+  auto whole = ReadSync(engine, shard_, begin, big->size());
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole, src.substr(begin, big->size()));
+  auto reads = store.reads();
+  for (size_t i = after_jump; i < reads.size(); ++i) {
+    EXPECT_GE(reads[i].offset, begin + big->size()) << "fetched again: " << reads[i].offset;
+  }
+}
+
+TEST_F(ReadEngineTest, ConsumedChunksAreEvictedFirst) {
+  ControlledStore store(memory_, /*hold=*/false);
+  // Room for 4 chunks of 64 KiB; no prefetch beyond the tensor.
+  EngineOptions options{.chunk_size = 64 << 10, .cache_size = 256 << 10, .max_fetches = 1,
+                        .prefetch_window = 64 << 10, .head_size = 64 << 10};
+  ReadEngine engine(store, options, metrics_);
+  std::string big(2 << 20, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  memory_.Put("blob.bin", big);
+  ObjectInfo blob = *memory_.Stat("blob.bin");  // not safetensors: aligned 64 KiB chunks
+  // Chunk 0 read whole (consumed); chunk 5 read in part.
+  ASSERT_TRUE(ReadSync(engine, blob, 0, 64 << 10).ok());
+  ASSERT_TRUE(ReadSync(engine, blob, 5 * (64 << 10) + 100, 100).ok());
+  // Far reads (never sequential, so nothing is prefetched) fill the cache and
+  // force evictions.
+  for (uint64_t c = 10; c < 19; c += 3) ASSERT_TRUE(ReadSync(engine, blob, c * (64 << 10), 10).ok());
+  size_t before = store.reads().size();
+  ASSERT_TRUE(ReadSync(engine, blob, 5 * (64 << 10) + 200, 100).ok());
+  EXPECT_EQ(store.reads().size(), before) << "the partly read chunk stayed";
+  ASSERT_TRUE(ReadSync(engine, blob, 100, 100).ok());
+  EXPECT_EQ(store.reads().size(), before + 1) << "the consumed chunk went first";
+  EXPECT_GT(metrics_.cache_evictions.load(), 0u);
+}
+
+TEST_F(ReadEngineTest, ReplacedObjectReadsAsStale) {
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 100).ok());
+  memory_.Put(shard_.name, std::string(shard_.size, 'n'));
+  auto r = ReadSync(engine, shard_, shard_.size - 1000, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), ErrorCode::kStale);
+  EXPECT_THAT(r.status().message(), HasSubstr(shard_.name));
+}
+
+TEST_F(ReadEngineTest, FailedFetchIsReportedAndRetriedByTheNextRead) {
+  testing::FaultInjectingStore faulty(memory_);
+  ReadEngine engine(faulty, SmallOptions(), metrics_);
+  faulty.FailReads(1, UnavailableError("server down"));
+  auto r = ReadSync(engine, shard_, 0, 100);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("server down"));
+  auto again = ReadSync(engine, shard_, 0, 100);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, Source(shard_).substr(0, 100));
+  EXPECT_EQ(metrics_.errors_by_code[static_cast<size_t>(ErrorCode::kUnavailable)].load(), 1u);
+}
+
+TEST_F(ReadEngineTest, MalformedSafetensorsIsServedAsPlainBytes) {
+  std::string bad = Source(shard_);
+  bad[0] = '\xff';
+  bad[6] = '\x7f';  // header length beyond the file
+  memory_.Put("bad.safetensors", bad);
+  ObjectInfo info = *memory_.Stat("bad.safetensors");
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  auto r = ReadSync(engine, info, 0, info.size);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(*r, bad);
+}
+
+// Random reads from many threads always equal the source, and the cache stays
+// within its bound while 16 readers run.
+TEST_F(ReadEngineTest, RandomConcurrentReadsEqualTheSourceWithinTheMemoryBound) {
+  EngineOptions options{.chunk_size = 64 << 10, .cache_size = 1 << 20, .max_fetches = 4,
+                        .prefetch_window = 256 << 10, .head_size = 16 << 10};
+  ReadEngine engine(memory_, options, metrics_);
+  std::vector<ObjectInfo> objects;
+  for (const auto& [name, bytes] : sources_) objects.push_back(*memory_.Stat(name));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> peak{0};
+  std::thread sampler([&] {
+    while (!stop) {
+      uint64_t used = metrics_.cache_bytes.load();
+      uint64_t p = peak.load();
+      while (used > p && !peak.compare_exchange_weak(p, used)) {
+      }
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> readers;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 16; ++t) {
+    readers.emplace_back([&, t] {
+      std::mt19937_64 rng(t);
+      for (int i = 0; i < 150; ++i) {
+        const ObjectInfo& o = objects[rng() % objects.size()];
+        uint64_t off = rng() % (o.size + 10);
+        size_t len = 1 + rng() % (300 << 10);
+        auto r = ReadSync(engine, o, off, len);
+        std::string want = off >= o.size ? "" : sources_.at(o.name).substr(off, len);
+        if (!r.ok() || *r != want) ++mismatches;
+      }
+    });
+  }
+  for (auto& r : readers) r.join();
+  stop = true;
+  sampler.join();
+  EXPECT_EQ(mismatches.load(), 0);
+  // Demand reads may exceed the bound by the chunks they need when the cache is
+  // full of loading chunks: 16 readers x (300 KiB / 64 KiB + 1) chunks at most.
+  EXPECT_LE(peak.load(), options.cache_size + 16 * 6 * (64 << 10));
+  EXPECT_LE(metrics_.cache_bytes.load(), options.cache_size) << "back within the bound when idle";
+}
+
+TEST(EngineOptionsTest, CacheTooSmallForTheFetchesSaysWhatToChange) {
+  EngineOptions options{.chunk_size = 8 << 20, .cache_size = 64 << 20, .max_fetches = 32};
+  Status s = options.Validate();
+  EXPECT_THAT(s.message(), HasSubstr("raise cache_size"));
+  EXPECT_TRUE(EngineOptions{}.Validate().ok());
+}
+
+}  // namespace
+}  // namespace tensorfs

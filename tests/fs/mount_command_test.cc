@@ -1,0 +1,168 @@
+// mount(8) and fstab: util-linux's mount runs /sbin/mount.tensorfs, the tensorfs
+// binary under the helper's name. For the test's duration /sbin/mount.tensorfs
+// is a symbolic link to the built binary (created if absent, removed after);
+// the tests hold the ctest resource lock "sbin_mount_tensorfs".
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/gcs_test_server.h"
+#include "tests/support/mount_fixture.h"
+
+namespace tensorfs {
+namespace {
+
+namespace fsys = std::filesystem;
+using ::testing::HasSubstr;
+using testing::IsMounted;
+using testing::RunCommand;
+using testing::TempDir;
+using testing::TensorfsBinary;
+
+constexpr char kHelper[] = "/sbin/mount.tensorfs";
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  fsys::create_directories(fsys::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// The /proc/mounts line of `path`, or "".
+std::string ProcMountsLine(const std::string& path) {
+  std::ifstream in("/proc/mounts");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find(" " + path + " ") != std::string::npos) return line;
+  }
+  return "";
+}
+
+// Unmounts with umount(8) and waits for the background tensorfs to exit.
+void Umount(const std::string& path, const std::string& source) {
+  auto result = RunCommand("umount " + path);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_FALSE(IsMounted(path));
+  for (int i = 0; i < 100; ++i) {
+    if (RunCommand("pgrep -f 'mount[.]tensorfs " + source + " '").exit_code != 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ADD_FAILURE() << "tensorfs still runs 2 s after umount";
+}
+
+class MountCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::error_code ec;
+    if (fsys::is_symlink(kHelper, ec)) {
+      if (fsys::read_symlink(kHelper, ec) != TensorfsBinary()) {
+        GTEST_SKIP() << kHelper << " exists and is not ours (an installed package?): not replacing it";
+      }
+    } else if (fsys::exists(kHelper, ec)) {
+      GTEST_SKIP() << kHelper << " exists and is not ours: not replacing it";
+    } else {
+      ASSERT_EQ(::symlink(TensorfsBinary().c_str(), kHelper), 0) << std::strerror(errno);
+    }
+    created_ = true;
+    WriteFile(src_.path() + "/llama/model.safetensors", std::string(3 << 20, 'w'));
+    WriteFile(src_.path() + "/README.txt", "a checkpoint\n");
+  }
+  void TearDown() override {
+    if (IsMounted(mnt_.path())) (void)RunCommand("umount -l " + mnt_.path());
+    if (created_) ::unlink(kHelper);
+  }
+
+  bool created_ = false;
+  TempDir src_, mnt_;
+};
+
+TEST_F(MountCommandTest, MountTypeTensorfsWithFstabOptions) {
+  auto result = RunCommand("mount -t tensorfs " + src_.path() + " " + mnt_.path() +
+                           " -o ro,_netdev,nofail,x-systemd.automount");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output, "") << "nothing to say when all is well";
+  std::string line = ProcMountsLine(mnt_.path());
+  EXPECT_THAT(line, HasSubstr(" fuse.tensorfs ro,"));
+  EXPECT_THAT(line, ::testing::StartsWith(src_.path() + " ")) << "the source is the fsname";
+  EXPECT_EQ(ReadWhole(mnt_.path() + "/llama/model.safetensors"), ReadWhole(src_.path() + "/llama/model.safetensors"));
+  EXPECT_EQ(ReadWhole(mnt_.path() + "/README.txt"), "a checkpoint\n");
+  Umount(mnt_.path(), src_.path());
+}
+
+TEST_F(MountCommandTest, PlainMountIsReadOnlyWithAWarning) {
+  // mount(8) passes -o rw when ro is not given.
+  auto result = RunCommand("mount -t tensorfs " + src_.path() + " " + mnt_.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("read-only"));
+  EXPECT_THAT(ProcMountsLine(mnt_.path()), HasSubstr(" fuse.tensorfs ro,"));
+  std::ofstream out(mnt_.path() + "/README.txt");
+  EXPECT_FALSE(out.is_open()) << "writes fail";
+  EXPECT_EQ(::access((mnt_.path() + "/README.txt").c_str(), W_OK), -1);
+  EXPECT_EQ(errno, EROFS);
+  Umount(mnt_.path(), src_.path());
+}
+
+TEST_F(MountCommandTest, FstabLineFromTheReadmeMounts) {
+  // The README's line, with a local source and this test's mount point.
+  TempDir etc;
+  std::ofstream(etc.path() + "/fstab") << "# tensorfs\n"
+                                       << src_.path() << " " << mnt_.path()
+                                       << " tensorfs ro,_netdev,nofail,x-systemd.automount,allow_other 0 0\n";
+  auto result = RunCommand("mount -T " + etc.path() + "/fstab " + mnt_.path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::string line = ProcMountsLine(mnt_.path());
+  EXPECT_THAT(line, HasSubstr(" fuse.tensorfs ro,"));
+  EXPECT_THAT(line, HasSubstr("allow_other"));
+  EXPECT_EQ(ReadWhole(mnt_.path() + "/README.txt"), "a checkpoint\n");
+  Umount(mnt_.path(), src_.path());
+}
+
+TEST_F(MountCommandTest, UnknownOptionFailsWithoutMounting) {
+  auto result = RunCommand("mount -t tensorfs " + src_.path() + " " + mnt_.path() + " -o ro,turbo");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_THAT(result.output, HasSubstr("unknown option 'turbo'"));
+  EXPECT_FALSE(IsMounted(mnt_.path()));
+  auto sloppy = RunCommand("mount -s -t tensorfs " + src_.path() + " " + mnt_.path() + " -o ro,turbo");
+  ASSERT_EQ(sloppy.exit_code, 0) << sloppy.output;
+  EXPECT_THAT(sloppy.output, HasSubstr("'turbo'"));
+  Umount(mnt_.path(), src_.path());
+}
+
+TEST_F(MountCommandTest, FakeMountChecksButDoesNotMount) {
+  auto result = RunCommand(std::string(kHelper) + " " + src_.path() + " " + mnt_.path() + " -f -o ro");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_FALSE(IsMounted(mnt_.path()));
+  auto bad = RunCommand(std::string(kHelper) + " " + src_.path() + " /nonexistent/mnt -f -o ro");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.output, HasSubstr("mkdir -p /nonexistent/mnt"));
+}
+
+TEST_F(MountCommandTest, GsSourceThroughMount) {
+  TempDir data;
+  WriteFile(data.path() + "/ckpt/models/llama/model.safetensors", std::string(1 << 20, 'g'));
+  std::string error;
+  auto server = testing::GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto result = RunCommand("mount -t tensorfs gs://ckpt/models " + mnt_.path() +
+                           " -o ro,_netdev,anonymous,endpoint=" + server->endpoint());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(ProcMountsLine(mnt_.path()), ::testing::StartsWith("gs://ckpt/models "));
+  EXPECT_EQ(ReadWhole(mnt_.path() + "/llama/model.safetensors"), std::string(1 << 20, 'g'));
+  Umount(mnt_.path(), "gs://ckpt/models");
+}
+
+}  // namespace
+}  // namespace tensorfs

@@ -1,0 +1,538 @@
+// tensorfs as a system service: systemd readiness and stop notifications, a
+// restart after a crash recovering the dead mount point, SIGTERM in the middle
+// of reads, and the Prometheus endpoint of a live mount.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/vfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "fs/mount_recovery.h"
+#include "tests/support/gcs_test_server.h"
+#include "tests/support/mount_fixture.h"
+
+namespace tensorfs {
+namespace {
+
+namespace fsys = std::filesystem;
+using ::testing::HasSubstr;
+using testing::IsMounted;
+using testing::RunCommand;
+using testing::TempDir;
+using testing::TensorfsBinary;
+using testing::TensorfsMount;
+using Clock = std::chrono::steady_clock;
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  fsys::create_directories(fsys::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+std::string RandomBytes(size_t n, uint64_t seed) {
+  std::string s(n, '\0');
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v = rng();
+    std::memcpy(s.data() + i, &v, 8);
+  }
+  return s;
+}
+
+// Mount points of `path` in /proc/self/mountinfo (a dead mount still counts).
+int MountCount(const std::string& path) {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mount_point;
+    fields >> id >> parent >> dev >> root >> mount_point;
+    if (mount_point == path) ++n;
+  }
+  return n;
+}
+
+// A tensorfs started by the test itself (not through TensorfsMount, which waits
+// for the mount before returning): killed and unmounted on destruction.
+class Child {
+ public:
+  Child(std::vector<std::string> args, std::vector<std::string> env, const std::string& log_path) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+    for (std::string& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    mountpoint_ = args.size() > 2 ? args[2] : "";
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (!mountpoint_.empty() && IsMounted(mountpoint_)) {
+      (void)std::system(("umount -l " + mountpoint_ + " >/dev/null 2>&1").c_str());
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // Waits for the exit; its status, or -1 after `timeout`.
+  int Wait(std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string mountpoint_;
+};
+
+// The notification socket systemd would listen on.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    bound_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~NotifySocket() {
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  bool bound() const { return bound_; }
+  // The next datagram, or "" after `timeout`.
+  std::string Receive(std::chrono::milliseconds timeout) {
+    pollfd p = {fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    char buf[4096];
+    ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+  // Receives until a datagram holds `line` (as one of its lines); "" on timeout.
+  std::string ReceiveUntil(const std::string& line, std::chrono::milliseconds timeout,
+                           std::vector<std::string>* seen) {
+    auto deadline = Clock::now() + timeout;
+    while (Clock::now() < deadline) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      std::string message = Receive(left);
+      if (message.empty()) continue;
+      seen->push_back(message);
+      if (("\n" + message + "\n").find("\n" + line + "\n") != std::string::npos) return message;
+    }
+    return "";
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+TEST(SystemdNotifyTest, ReadyOnlyOnceTheMountAnswersThenStoppingOnSigterm) {
+  TempDir src, mnt, run;
+  WriteFile(src.path() + "/llama/model.safetensors", RandomBytes(1 << 20, 1));
+  NotifySocket notify(run.path() + "/notify");
+  ASSERT_TRUE(notify.bound()) << std::strerror(errno);
+  std::string log = run.path() + "/log";
+  Child child({TensorfsBinary(), src.path(), mnt.path(), "-f"}, {"NOTIFY_SOCKET=" + run.path() + "/notify"}, log);
+
+  std::vector<std::string> seen;
+  std::string ready = notify.ReceiveUntil("READY=1", std::chrono::seconds(10), &seen);
+  ASSERT_FALSE(ready.empty()) << "no READY=1; log: " << ReadWhole(log);
+  // At this moment, before anything else: the mount is there and answers.
+  EXPECT_TRUE(IsMounted(mnt.path()));
+  struct stat st;
+  ASSERT_EQ(::stat((mnt.path() + "/llama/model.safetensors").c_str(), &st), 0) << std::strerror(errno);
+  EXPECT_EQ(st.st_size, 1 << 20);
+  EXPECT_THAT(ready, HasSubstr("STATUS=Serving " + src.path() + " on " + mnt.path()));
+  EXPECT_EQ(seen.size(), 1u) << "READY=1 is the first message";
+  EXPECT_EQ(ReadWhole(mnt.path() + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors"));
+
+  ASSERT_EQ(::kill(child.pid(), SIGTERM), 0);
+  std::string stopping = notify.ReceiveUntil("STOPPING=1", std::chrono::seconds(2), &seen);
+  EXPECT_FALSE(stopping.empty()) << "no STOPPING=1; log: " << ReadWhole(log);
+  EXPECT_THAT(stopping, HasSubstr("STATUS=Unmounting " + mnt.path()));
+  int status = child.Wait(std::chrono::seconds(2));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "; " << ReadWhole(log);
+  EXPECT_FALSE(IsMounted(mnt.path()));
+
+  // Under systemd, journald stamps the lines: tensorfs does not.
+  std::string first_line = ReadWhole(log).substr(0, ReadWhole(log).find('\n'));
+  EXPECT_THAT(first_line, ::testing::StartsWith("info ")) << first_line;
+}
+
+TEST(SystemdNotifyTest, WithoutNotifySocketNothingBreaks) {
+  TempDir src;
+  WriteFile(src.path() + "/f.txt", "hi");
+  ASSERT_EQ(::unsetenv("NOTIFY_SOCKET"), 0);
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(ReadWhole(mount->path() + "/f.txt"), "hi");
+  EXPECT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(2))) << mount->Log();
+  EXPECT_THAT(mount->Log(), ::testing::ContainsRegex("^20[0-9][0-9]-")) << "a terminal's log lines carry the time";
+}
+
+TEST(DeadMountTest, StartingAgainAfterSigkillRecoversTheMountPoint) {
+  TempDir src;
+  WriteFile(src.path() + "/llama/model.safetensors", RandomBytes(300000, 2));
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  const std::string mnt = mount->path();
+  ASSERT_EQ(ReadWhole(mnt + "/llama/model.safetensors").size(), 300000u);
+
+  EXPECT_FALSE(mount->StopWith(SIGKILL, std::chrono::seconds(2))) << "a killed tensorfs leaves its mount behind";
+  // A dead mount: what the kernel has to ask the daemon fails. (stat() of the
+  // mount point itself may still be answered from the attribute cache.)
+  struct statfs sfs;
+  ASSERT_EQ(::statfs(mnt.c_str(), &sfs), -1);
+  ASSERT_EQ(errno, ENOTCONN) << "Transport endpoint is not connected";
+  ASSERT_EQ(::open((mnt + "/llama/model.safetensors").c_str(), O_RDONLY), -1);
+  ASSERT_EQ(errno, ENOTCONN);
+
+  auto again = RunCommand(TensorfsBinary() + " " + src.path() + " " + mnt);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("had died"));
+  EXPECT_THAT(again.output, HasSubstr("Transport endpoint is not connected"));
+  EXPECT_EQ(ReadWhole(mnt + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors"));
+  EXPECT_EQ(MountCount(mnt), 1) << "the dead mount was detached, not stacked under the new one";
+  EXPECT_EQ(RunCommand("fusermount3 -u " + mnt).exit_code, 0);
+  EXPECT_FALSE(IsMounted(mnt));
+}
+
+TEST(DeadMountTest, ForegroundRestartRecoversToo) {
+  TempDir src;
+  WriteFile(src.path() + "/f.txt", "after the crash");
+  std::string error;
+  auto first = TensorfsMount::Start(src.path(), {}, &error);
+  ASSERT_NE(first, nullptr) << error;
+  const std::string mnt = first->path();
+  EXPECT_FALSE(first->StopWith(SIGKILL, std::chrono::seconds(2)));
+  // What systemd's Restart=on-failure does: the same foreground command again.
+  TempDir run;
+  Child child({TensorfsBinary(), src.path(), mnt, "-f"}, {}, run.path() + "/log");
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  struct stat st;
+  while (Clock::now() < deadline && ::stat((mnt + "/f.txt").c_str(), &st) != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(ReadWhole(mnt + "/f.txt"), "after the crash") << ReadWhole(run.path() + "/log");
+  EXPECT_EQ(MountCount(mnt), 1);
+  ::kill(child.pid(), SIGTERM);
+  EXPECT_NE(child.Wait(std::chrono::seconds(2)), -1);
+  EXPECT_FALSE(IsMounted(mnt));
+}
+
+TEST(DeadMountTest, LiveMountsAndPlainDirectoriesAreLeftAlone) {
+  TempDir src, plain;
+  WriteFile(src.path() + "/f.txt", "x");
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  StatusOr<bool> live = RecoverDeadMountPoint(mount->path());
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+  EXPECT_FALSE(*live);
+  EXPECT_TRUE(IsMounted(mount->path()));
+  EXPECT_EQ(ReadWhole(mount->path() + "/f.txt"), "x");
+  StatusOr<bool> dir = RecoverDeadMountPoint(plain.path());
+  ASSERT_TRUE(dir.ok());
+  EXPECT_FALSE(*dir);
+  StatusOr<bool> missing = RecoverDeadMountPoint("/nonexistent/mnt");
+  ASSERT_TRUE(missing.ok());
+  EXPECT_FALSE(*missing);
+}
+
+// Readers in several threads, each going through the kernel to tensorfs
+// (O_DIRECT: no page cache), until told to stop or the mount goes away.
+class Readers {
+ public:
+  Readers(const std::vector<std::string>& files, int threads) {
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, file = files[static_cast<size_t>(t) % files.size()]] { Loop(file); });
+    }
+  }
+  ~Readers() { Join(); }
+  void Join() {
+    stop_ = true;
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  void Loop(const std::string& path) {
+    constexpr size_t kBlock = 1 << 20;
+    void* buf = std::aligned_alloc(4096, kBlock);
+    while (!stop_) {
+      int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
+      if (fd < 0) break;
+      off_t off = 0;
+      ssize_t n;
+      while (!stop_ && (n = ::pread(fd, buf, kBlock, off)) > 0) {
+        off += n;
+        bytes_ += static_cast<uint64_t>(n);
+      }
+      ::close(fd);
+      if (n < 0) break;  // the mount went away
+    }
+    std::free(buf);
+  }
+
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bytes_{0};
+  std::vector<std::thread> threads_;
+};
+
+TEST(ShutdownTest, SigtermDuringReadsUnmountsWithinTwoSeconds) {
+  TempDir src;
+  std::vector<std::string> files;
+  for (int i = 0; i < 3; ++i) {
+    std::string rel = "llama/model-0000" + std::to_string(i + 1) + "-of-00003.safetensors";
+    WriteFile(src.path() + "/" + rel, RandomBytes(16 << 20, static_cast<uint64_t>(i)));
+    files.push_back(rel);
+  }
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  for (std::string& f : files) f = mount->path() + "/" + f;
+  Readers readers(files, 6);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (readers.bytes() < (32u << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GE(readers.bytes(), 32u << 20) << "the readers are reading";
+  auto start = Clock::now();
+  EXPECT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(2))) << mount->Log();
+  std::cerr << "exited and unmounted after "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count() << " ms\n";
+  readers.Join();
+  EXPECT_FALSE(IsMounted(mount->path()));
+  EXPECT_EQ(MountCount(mount->path()), 0) << "no stale mount";
+}
+
+// A port nobody listens on right now.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// tensorfs_NAME VALUE from a scrape; -1 if absent.
+double Sample(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+// The Prometheus endpoint's value of `name`, or -1.
+double Scrape(int port, const std::string& name) {
+  auto result = RunCommand("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics");
+  return result.exit_code == 0 ? Sample(result.output, name) : -1;
+}
+
+TEST(ShutdownTest, SigtermDuringSlowGcsReadsUnmountsWithinTwoSeconds) {
+  TempDir data;
+  std::vector<std::string> files;
+  for (int i = 0; i < 3; ++i) {
+    std::string rel = "llama/model-0000" + std::to_string(i + 1) + "-of-00003.safetensors";
+    WriteFile(data.path() + "/ckpt/" + rel, RandomBytes(8 << 20, static_cast<uint64_t>(10 + i)));
+    files.push_back(rel);
+  }
+  std::string error;
+  auto server = testing::GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  int port = FreePort();
+  auto mount = TensorfsMount::Start("gs://ckpt",
+                                    {"-o", "anonymous,endpoint=" + server->endpoint() +
+                                               ",retry_deadline=10,stall_timeout=5,prometheus_port=" +
+                                               std::to_string(port)},
+                                    &error);
+  ASSERT_NE(mount, nullptr) << error;
+  // 30 ms before each response, 1 MB/s per connection, 2 MB/s in all: reads
+  // wait on the network when the signal comes.
+  ASSERT_TRUE(server->SetShaping(30, 1e6, 2e6));
+  for (std::string& f : files) f = mount->path() + "/" + f;
+  Readers readers(files, 4);
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  double in_flight = 0;
+  while ((in_flight = Scrape(port, "tensorfs_fetches_in_flight")) < 2 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_GE(in_flight, 2) << "store reads in flight; log:\n" << mount->Log();
+  auto start = Clock::now();
+  bool stopped = mount->StopWith(SIGTERM, std::chrono::seconds(2));
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+  EXPECT_TRUE(stopped) << "tensorfs had not exited and unmounted 2 s after SIGTERM (" << took
+                       << " ms), with " << in_flight << " store reads in flight; log:\n" << mount->Log();
+  std::cerr << "exited and unmounted after " << took << " ms with " << in_flight << " store reads in flight\n";
+  server->SetShaping(0, 0, 0);  // let anything still waiting finish
+  readers.Join();
+  const std::string path = mount->path();
+  mount.reset();
+  EXPECT_EQ(MountCount(path), 0) << "no stale mount";
+}
+
+TEST(PrometheusMountTest, MetricsAreServedOnLoopbackAndCountReads) {
+  TempDir src;
+  std::string bytes = RandomBytes(5 << 20, 3);
+  WriteFile(src.path() + "/llama/model.safetensors", bytes);
+  int port = FreePort();
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {"-o", "prometheus_port=" + std::to_string(port)}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  std::string url = "http://127.0.0.1:" + std::to_string(port);
+
+  auto before = RunCommand("curl -sSf " + url + "/metrics");
+  ASSERT_EQ(before.exit_code, 0) << before.output << mount->Log();
+  for (const char* family :
+       {"tensorfs_read_requests_total", "tensorfs_served_bytes_total", "tensorfs_cache_hits_total",
+        "tensorfs_cache_misses_total", "tensorfs_cache_evictions_total", "tensorfs_cache_bytes",
+        "tensorfs_fetches_total", "tensorfs_prefetches_total", "tensorfs_fetched_bytes_total",
+        "tensorfs_fetches_in_flight", "tensorfs_metadata_requests_total", "tensorfs_errors_total",
+        "tensorfs_fetch_latency_seconds"}) {
+    EXPECT_THAT(before.output, HasSubstr(std::string("# HELP ") + family + " ")) << family;
+    EXPECT_THAT(before.output, ::testing::ContainsRegex(std::string("# TYPE ") + family +
+                                                        " (counter|gauge|histogram)\n"))
+        << family;
+  }
+  EXPECT_THAT(before.output, HasSubstr("tensorfs_fetch_latency_seconds_bucket{le=\"+Inf\"} "));
+  EXPECT_THAT(before.output, HasSubstr("tensorfs_errors_total{kind=\"not_found\"} "));
+
+  ASSERT_EQ(ReadWhole(mount->path() + "/llama/model.safetensors"), bytes);
+  auto after = RunCommand("curl -sSf " + url + "/metrics");
+  ASSERT_EQ(after.exit_code, 0) << after.output;
+  EXPECT_GT(Sample(after.output, "tensorfs_read_requests_total"), Sample(before.output, "tensorfs_read_requests_total"));
+  EXPECT_GE(Sample(after.output, "tensorfs_served_bytes_total"),
+            Sample(before.output, "tensorfs_served_bytes_total") + static_cast<double>(bytes.size()));
+  EXPECT_GT(Sample(after.output, "tensorfs_fetch_latency_seconds_count"),
+            Sample(before.output, "tensorfs_fetch_latency_seconds_count"));
+
+  auto other = RunCommand("curl -s -o /dev/null -w '%{http_code}' " + url + "/");
+  EXPECT_EQ(other.output, "404");
+  auto headers = RunCommand("curl -sSf -D - -o /dev/null " + url + "/metrics");
+  EXPECT_THAT(headers.output, HasSubstr("Content-Type: text/plain; version=0.0.4"));
+  EXPECT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(2)));
+  EXPECT_NE(RunCommand("curl -sf " + url + "/metrics").exit_code, 0) << "the endpoint goes with the mount";
+}
+
+TEST(PrometheusMountTest, PortInUseFailsAtStartWithoutAMount) {
+  TempDir src, mnt;
+  WriteFile(src.path() + "/f.txt", "x");
+  int busy = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(busy, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(busy, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(busy, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::string port = std::to_string(ntohs(addr.sin_port));
+
+  for (const char* mode : {"", " -f"}) {
+    auto result = RunCommand(TensorfsBinary() + " " + src.path() + " " + mnt.path() + mode +
+                             " -o prometheus_port=" + port);
+    EXPECT_EQ(result.exit_code, 1) << mode << ": " << result.output;
+    EXPECT_THAT(result.output, HasSubstr("127.0.0.1:" + port)) << mode;
+    EXPECT_THAT(result.output, HasSubstr("already in use")) << mode;
+    EXPECT_FALSE(IsMounted(mnt.path())) << mode;
+  }
+  ::close(busy);
+}
+
+// Logs reach the journal as they are; nothing secret may be in them, even at
+// trace level and through a token refresh.
+TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {
+  TempDir data, keys;
+  WriteFile(data.path() + "/secure/a.bin", RandomBytes(200000, 4));
+  WriteFile(data.path() + "/secure/b.bin", RandomBytes(200000, 5));
+  ASSERT_EQ(RunCommand("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out " + keys.path() +
+                       "/key.pem").exit_code, 0);
+  std::string error;
+  auto server = testing::GcsTestServer::Start(
+      {.data_dir = data.path(), .extra_args = {"--require-auth", "--token-public-key", keys.path() + "/key.pem"}},
+      &error);
+  ASSERT_NE(server, nullptr) << error;
+  std::string pem = ReadWhole(keys.path() + "/key.pem");
+  std::string escaped;
+  for (char c : pem) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
+  WriteFile(keys.path() + "/sa.json",
+            R"({"type": "service_account", "client_email": "loader@test.iam.gserviceaccount.com",
+                "private_key_id": "k1", "private_key": ")" + escaped + R"(",
+                "token_uri": ")" + server->endpoint() + R"(/token"})");
+  ::chmod((keys.path() + "/sa.json").c_str(), 0600);
+  auto mount = TensorfsMount::Start("gs://secure",
+                                    {"-o", "endpoint=" + server->endpoint() + ",key_file=" + keys.path() +
+                                               "/sa.json,log_level=trace"},
+                                    &error);
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(ReadWhole(mount->path() + "/a.bin"), ReadWhole(data.path() + "/secure/a.bin"));
+  // Revoked tokens draw a 401 and a refresh: the paths that talk about tokens.
+  ASSERT_EQ(RunCommand("curl -sf -X POST " + server->endpoint() + "/_control/tokens/revoke").exit_code, 0);
+  EXPECT_EQ(ReadWhole(mount->path() + "/b.bin"), ReadWhole(data.path() + "/secure/b.bin"));
+  EXPECT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(2)));
+  std::string log = mount->Log();
+  EXPECT_THAT(log, HasSubstr("refreshing the access token")) << "the refresh was logged:\n" << log;
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("tok-"))) << "an access token (the server issues tok-...)";
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("Bearer ")));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("eyJ"))) << "a signed JWT assertion";
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("PRIVATE KEY")));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr(pem.substr(100, 40)))) << "key material";
+}
+
+}  // namespace
+}  // namespace tensorfs

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# systemd_unit_test.sh SOURCE_DIR TENSORFS_BINARY
+#
+# Checks packaging/systemd/tensorfs@.service:
+#  - systemd-analyze verify reports nothing, for an instance (tensorfs@mnt-models);
+#    verify insists that ExecStart's binary exists, so the copy it checks runs
+#    the built binary instead of /usr/bin/tensorfs (the only change made);
+#  - no setting gives the service its own mount namespace, which would hide the
+#    mount from everyone else;
+#  - what the service relies on is there: Type=notify, NotifyAccess=main,
+#    /dev/fuse allowed, Restart=on-failure, ExecStart running in the foreground.
+set -euo pipefail
+src=$1
+binary=$2
+unit=$src/packaging/systemd/tensorfs@.service
+if ! command -v systemd-analyze >/dev/null; then
+  echo "systemd-analyze not found (apt-get install systemd)" >&2
+  exit 1
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+fail=0
+check() {  # DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  if ! "$@"; then
+    echo "FAIL: $what" >&2
+    fail=1
+  fi
+}
+
+grep -q '^ExecStart=/usr/bin/tensorfs ' "$unit" || { echo "FAIL: ExecStart does not run /usr/bin/tensorfs" >&2; exit 1; }
+sed "s#^ExecStart=/usr/bin/tensorfs #ExecStart=$binary #" "$unit" >"$work/tensorfs@.service"
+ln -s tensorfs@.service "$work/tensorfs@mnt-models.service"
+out=$(systemd-analyze verify --man=no "$work/tensorfs@mnt-models.service" 2>&1) || { echo "$out" >&2; exit 1; }
+if [[ -n "$out" ]]; then
+  echo "FAIL: systemd-analyze verify has complaints:" >&2
+  echo "$out" >&2
+  fail=1
+fi
+
+# Settings that imply a private mount namespace (systemd.exec(5), PrivateMounts=),
+# a user namespace, or a UTS namespace.
+for key in PrivateTmp PrivateDevices PrivateMounts PrivateUsers PrivateIPC PrivateNetwork ProtectSystem \
+  ProtectHome ProtectKernelTunables ProtectKernelModules ProtectKernelLogs ProtectControlGroups ProtectClock \
+  ProtectHostname ProtectProc ProcSubset ReadOnlyPaths ReadWritePaths InaccessiblePaths ExecPaths NoExecPaths \
+  TemporaryFileSystem BindPaths BindReadOnlyPaths RootDirectory RootImage MountFlags MountAPIVFS \
+  NetworkNamespacePath LogNamespace DynamicUser; do
+  if grep -Eq "^[[:space:]]*$key=" "$unit"; then
+    echo "FAIL: $key= would hide the mount in the service's own namespace" >&2
+    fail=1
+  fi
+done
+
+check "Type=notify" grep -qx 'Type=notify' "$unit"
+check "NotifyAccess=main" grep -qx 'NotifyAccess=main' "$unit"
+check "DeviceAllow=/dev/fuse rw" grep -qx 'DeviceAllow=/dev/fuse rw' "$unit"
+check "Restart=on-failure" grep -qx 'Restart=on-failure' "$unit"
+check "NoNewPrivileges=yes" grep -qx 'NoNewPrivileges=yes' "$unit"
+check "RestrictAddressFamilies=" grep -q '^RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' "$unit"
+check "ExecStart runs in the foreground (-f)" grep -Eq '^ExecStart=.* -f( |$)' "$unit"
+check "the example configuration names both variables" \
+  grep -q '^TENSORFS_SOURCE=' "$src/packaging/systemd/tensorfs.conf.example"
+check "the example configuration names both variables" \
+  grep -q '^TENSORFS_OPTIONS=' "$src/packaging/systemd/tensorfs.conf.example"
+
+# The ExecStart line expands to a command line tensorfs accepts: the options as
+# the service would pass them, with and without TENSORFS_OPTIONS.
+for opts in "" "allow_other,log_level=debug"; do
+  out=$("$binary" /nonexistent-source /nonexistent-mnt -f -o "ro,$opts" 2>&1 || true)
+  if ! grep -q 'mkdir -p /nonexistent-mnt' <<<"$out"; then
+    echo "FAIL: tensorfs SRC DIR -f -o ro,$opts did not get as far as checking the mount point: $out" >&2
+    fail=1
+  fi
+done
+
+exit $fail
