@@ -187,6 +187,21 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last) {
     if (!Request(state, i, /*prefetch=*/true)) break;
     s->frontier = i;
   }
+  // A sequential reader near the end: start on the next file of the checkpoint.
+  if (s->reads >= 2 && s->frontier + 1 >= plan.size() && state.successor && !state.successor_started) {
+    uint64_t left = 0;
+    for (size_t i = last + 1; i < plan.size(); ++i) left += plan.Chunk(i).length;
+    if (left < options_.prefetch_window) {
+      state.successor_started = true;
+      ObjectState& next = StateOf(*state.successor);
+      if (next.plan != nullptr) {
+        ContinueInto(next, options_.prefetch_window - left);
+      } else {
+        next.continue_bytes = options_.prefetch_window - left;
+        StartHead(next, /*prefetch=*/true);
+      }
+    }
+  }
   // Streams that ran into this one are part of it now.
   Stream merged = *s;
   std::erase_if(state.streams, [&](const Stream& st) {
@@ -194,6 +209,24 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last) {
            st.frontier <= std::max(merged.frontier, st.frontier);
   });
   if (state.sweep) TopUpSweep(state);
+}
+
+void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
+  MutexLock lock(mu_);
+  for (size_t i = 0; i + 1 < objects.size(); ++i) StateOf(objects[i]).successor = objects[i + 1];
+}
+
+void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
+  const ChunkPlan& plan = *state.plan;
+  if (!state.streams.empty()) return;  // a reader got here first
+  Stream stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .age = ++state.clock};
+  uint64_t requested = 0;
+  for (size_t i = 1; i < plan.size() && requested < bytes; ++i) {
+    if (!Request(state, i, /*prefetch=*/true)) break;
+    requested += plan.Chunk(i).length;
+    stream.frontier = i;
+  }
+  state.streams.push_back(stream);
 }
 
 void ReadEngine::TopUpSweep(ObjectState& state) {
@@ -391,6 +424,8 @@ void ReadEngine::RunJob(const Job& job) {
           cache_.InsertLoading(key, chunk->range(), /*prefetched=*/true);
           cache_.Publish(key, std::move(chunk));
         }
+        if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
+        state.continue_bytes = 0;
       } else {
         state.head_requested = false;  // the next read tries again
       }

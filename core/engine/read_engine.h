@@ -30,6 +30,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -70,6 +71,11 @@ class ReadEngine {
 
   Metrics& metrics() { return metrics_; }
 
+  // Hints that `objects` (the shards of one checkpoint, in order) tend to be
+  // read one after another: a reader reaching the end of one has the start of
+  // the next prefetched, so the link does not idle between files.
+  void SetReadOrder(const std::vector<ObjectInfo>& objects) EXCLUDES(mu_);
+
   // The plan of an object whose head has been fetched; null before.
   std::shared_ptr<const ChunkPlan> PlanOf(const ObjectId& object) EXCLUDES(mu_);
 
@@ -94,6 +100,9 @@ class ReadEngine {
     bool sweep = false;  // prefetching the whole object in storage order
     size_t sweep_next = 0;
     int sweep_in_flight = 0;
+    std::optional<ObjectInfo> successor;  // see SetReadOrder
+    bool successor_started = false;
+    uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
   };
   struct Job {
     ChunkKey key;
@@ -110,6 +119,9 @@ class ReadEngine {
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
   void UpdateStreams(ObjectState& state, size_t first, size_t last) REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
+  // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader
+  // is about to arrive), starting a stream there.
+  void ContinueInto(ObjectState& state, uint64_t bytes) REQUIRES(mu_);
   size_t WindowChunks(const ChunkPlan& plan, size_t from) const;
 
   void WorkerLoop() EXCLUDES(mu_);

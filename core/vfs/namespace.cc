@@ -48,9 +48,12 @@ Status Namespace::EnsureListed(NodeId dir) {
   if (!listing.ok()) {
     return listing.status().WithContext("cannot list " + store_.Describe() + "/" + prefix);
   }
+  std::vector<ObjectInfo> shards;
   for (const ObjectInfo& object : listing->objects) {
-    if (object.name.ends_with(".safetensors")) engine_.PrefetchHead(object);
+    if (object.name.ends_with(".safetensors")) shards.push_back(object);
   }
+  for (const ObjectInfo& shard : shards) engine_.PrefetchHead(shard);
+  engine_.SetReadOrder(shards);
   MutexLock lock(mu_);
   Node& node = *nodes_[dir.value - 1];
   if (node.listed) return OkStatus();

@@ -494,6 +494,41 @@ TEST(PrometheusMountTest, PortInUseFailsAtStartWithoutAMount) {
   ::close(busy);
 }
 
+// A background mount started under systemd (a mount unit runs mount(8), which
+// runs the helper) keeps writing to the journal after detaching; lines carry a
+// syslog priority and no timestamp. Elsewhere its output is dropped once mounted.
+TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
+  TempDir src, mnt, run;
+  WriteFile(src.path() + "/f.txt", "x");
+  const std::string log = run.path() + "/journal";
+  std::ofstream(log).close();
+  struct stat st;
+  ASSERT_EQ(::stat(log.c_str(), &st), 0);
+  std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  auto result = RunCommand("(JOURNAL_STREAM=" + stream + " " + TensorfsBinary() + " " + src.path() + " " +
+                           mnt.path() + " 2>>" + log + ")");
+  ASSERT_EQ(result.exit_code, 0) << result.output << ReadWhole(log);
+  EXPECT_EQ(ReadWhole(mnt.path() + "/f.txt"), "x");
+  ASSERT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
+  auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (ReadWhole(log).find("unmounted") == std::string::npos && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string journal = ReadWhole(log);
+  EXPECT_THAT(journal, HasSubstr("<6>info mounted " + src.path())) << journal;
+  EXPECT_THAT(journal, HasSubstr("<6>info unmounted " + mnt.path())) << "logged after detaching:\n" << journal;
+  EXPECT_THAT(journal, ::testing::Not(::testing::ContainsRegex("20[0-9][0-9]-[0-9][0-9]-"))) << journal;
+
+  // Not the journal: after detaching, nothing more is written there.
+  TempDir mnt2;
+  const std::string plain = run.path() + "/plain";
+  result = RunCommand("(" + TensorfsBinary() + " " + src.path() + " " + mnt2.path() + " 2>>" + plain + ")");
+  ASSERT_EQ(result.exit_code, 0) << ReadWhole(plain);
+  ASSERT_EQ(RunCommand("fusermount3 -u " + mnt2.path()).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_THAT(ReadWhole(plain), ::testing::Not(HasSubstr("unmounted")));
+}
+
 // Logs reach the journal as they are; nothing secret may be in them, even at
 // trace level and through a token refresh.
 TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {

@@ -8,7 +8,9 @@
 #  - no setting gives the service its own mount namespace, which would hide the
 #    mount from everyone else;
 #  - what the service relies on is there: Type=notify, NotifyAccess=main,
-#    /dev/fuse allowed, Restart=on-failure, ExecStart running in the foreground.
+#    /dev/fuse allowed, Restart=on-failure, ExecStart running in the foreground;
+#  - (as root) ExecStopPost's script detaches a mount left dead by a killed
+#    tensorfs, and leaves a live mount and a plain directory alone.
 set -euo pipefail
 src=$1
 binary=$2
@@ -18,7 +20,7 @@ if ! command -v systemd-analyze >/dev/null; then
   exit 1
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'if mountpoint -q "$work/mnt" 2>/dev/null; then umount -l "$work/mnt"; fi; rm -rf "$work"' EXIT
 
 fail=0
 check() {  # DESCRIPTION COMMAND...
@@ -74,5 +76,40 @@ for opts in "" "allow_other,log_level=debug"; do
     fail=1
   fi
 done
+
+# ExecStopPost, run as systemd would after the service stopped: it detaches a
+# dead tensorfs mount and leaves a live one, or a plain directory, alone.
+if [[ $(id -u) -eq 0 && -c /dev/fuse ]]; then
+  cleanup_script=$(sed -n "s/^ExecStopPost=-\/bin\/sh -c '\(.*\)' tensorfs-cleanup %f\$/\1/p" "$unit")
+  [[ -n $cleanup_script ]] || { echo "FAIL: cannot find ExecStopPost's script" >&2; exit 1; }
+  stop_post() { /bin/sh -c "$cleanup_script" tensorfs-cleanup "$1"; }
+  mkdir -p "$work/src" "$work/mnt"
+  echo hello >"$work/src/f.txt"
+
+  stop_post "$work/mnt" || { echo "FAIL: ExecStopPost on a plain directory" >&2; fail=1; }
+
+  "$binary" "$work/src" "$work/mnt" || { echo "FAIL: cannot mount" >&2; exit 1; }
+  stop_post "$work/mnt"
+  check "ExecStopPost leaves a live mount alone" mountpoint -q "$work/mnt"
+  check "the live mount still reads" grep -qx hello "$work/mnt/f.txt"
+  fusermount3 -u "$work/mnt"
+
+  "$binary" "$work/src" "$work/mnt" -f 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.05; done
+  cat "$work/mnt/f.txt" >/dev/null
+  kill -KILL $pid
+  wait $pid 2>/dev/null || true
+  if stat -f "$work/mnt" >/dev/null 2>&1; then
+    echo "FAIL: SIGKILL did not leave a dead mount to clean up" >&2
+    fail=1
+  fi
+  stop_post "$work/mnt"
+  if mountpoint -q "$work/mnt"; then
+    echo "FAIL: ExecStopPost left the dead mount behind" >&2
+    umount -l "$work/mnt"
+    fail=1
+  fi
+fi
 
 exit $fail

@@ -1190,12 +1190,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             chunk = min(end - pos, MAX_CHUNK)
             if paced:
                 chunk = min(chunk, max(MIN_CHUNK, int(min(r for r in (conn_rate, total_rate) if r > 0) / 50)))
-                wait = 0.0
+                # The connection's own cap first, then a slot on the shared
+                # link: a slot taken while still waiting on the connection cap
+                # would go unused and waste the link's capacity.
                 if conn_rate > 0:
-                    wait = self.conn_pacer.reserve(chunk, conn_rate)
+                    time.sleep(self.conn_pacer.reserve(chunk, conn_rate))
                 if total_rate > 0:
-                    wait = max(wait, shaping.total_pacer.reserve(chunk, total_rate))
-                time.sleep(wait)
+                    time.sleep(shaping.total_pacer.reserve(chunk, total_rate))
             self._send_part(body, pos, chunk)
             pos += chunk
             if paced:
