@@ -205,6 +205,10 @@ def run_json(cmd, timeout):
         if result is not None:
             result["complete"] = False
         return result, (None if result else f"killed after {timeout:.0f} s with no progress")
+    except BaseException:  # Ctrl-C, SIGTERM: leave no loader behind
+        proc.kill()
+        proc.wait()
+        raise
     result = last_json(out)
     if proc.returncode != 0 or result is None:
         return result, f"{os.path.basename(cmd[1])} exited with {proc.returncode}: {err.strip()[-600:]}"
@@ -403,6 +407,23 @@ class Bench:
         self.fill_load(result, out, err)
         return out
 
+    def load_warm(self, result, files, max_tensors=None):
+        """A warm load, --warm-passes times; the fastest pass is the result (warm
+        passes take well under a second, where one pass's noise shows)."""
+        passes = []
+        for _ in range(self.args.warm_passes):
+            attempt = Result(name="", system="", workload="")
+            self.load_one(attempt, files, max_tensors=max_tensors)
+            if attempt.error:
+                result.error = attempt.error
+                return
+            passes.append(attempt)
+        best = min(passes, key=lambda r: r.seconds)
+        for field in ("seconds", "bytes_needed", "complete", "files", "note"):
+            setattr(result, field, getattr(best, field))
+        result.extra["tensors"] = best.extra.get("tensors")
+        result.extra["pass_seconds"] = [round(r.seconds, 4) for r in passes]
+
     def fill_load(self, result, out, err):
         if out is not None:
             result.seconds = out["end"] - out["start"]
@@ -430,6 +451,11 @@ class Bench:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, err = proc.communicate()
+            except BaseException:
+                for p in procs:
+                    p.kill()
+                    p.wait()
+                raise
             parsed = last_json(out)
             if parsed is None or proc.returncode not in (0, -9):
                 errors.append(f"loader exited with {proc.returncode}: {err.strip()[-400:]}")
@@ -509,11 +535,11 @@ class Bench:
             if proc is None or proc.poll() is not None:
                 raise RuntimeError("no W1 mount to reuse")
             self.server.reset()
-            self.load_one(result, [os.path.join(mnt, s) for s in self.shards], max_tensors=state.get("tensors"))
+            self.load_warm(result, [os.path.join(mnt, s) for s in self.shards], max_tensors=state.get("tensors"))
             self.take_stats(result)
             result.peak_rss = peak_rss(proc.pid)
-            if state.get("tensors") is not None:
-                result.note = f"the {state['tensors']} tensors W1 loaded"
+            result.note = f"best of {self.args.warm_passes} passes" + (
+                f"; the {state['tensors']} tensors W1 loaded" if state.get("tensors") is not None else "")
 
         try:
             self.guarded("tensorfs W1 storage order", "tensorfs", "W1", w1)
@@ -608,9 +634,9 @@ class Bench:
             proc = state.get("proc")
             if proc is None or proc.poll() is not None:
                 raise RuntimeError("no memfs mount to reuse")
-            self.load_one(result, [os.path.join(mnt, s) for s in self.shards])
+            self.load_warm(result, [os.path.join(mnt, s) for s in self.shards])
             result.peak_rss = peak_rss(proc.pid)
-            result.note = "the W4 ceiling"
+            result.note = f"the W4 ceiling; best of {self.args.warm_passes} passes"
 
         try:
             self.guarded("memfs W1 (in-memory FUSE)", "memfs", "W1", w1)
@@ -900,7 +926,8 @@ def chart(bench, path):
             ax.text(max(r.requests, 1), yi, f" {r.requests}", va="center", fontsize=8)
         elif r.system != "link":
             ax.text(1, yi, " no server", va="center", fontsize=8, color="#7f7f7f")
-    ax.set_xlim(left=1)
+    if any(r.requests for r in rows):
+        ax.set_xlim(left=1)
     ax.set_yticks(y, [""] * len(rows))
     ax.set_xscale("log")
     ax.set_xlabel("requests to the server (log scale)")
@@ -948,6 +975,7 @@ def parse_args(argv):
                         "(default 90; 30 with --quick)")
     p.add_argument("--quick", action="store_true", help="256 MiB checkpoint and 30 s deadline unless given")
     p.add_argument("--processes", type=int, default=4, help="W3 loader processes")
+    p.add_argument("--warm-passes", type=int, default=3, help="W4 passes (tensorfs and memfs); the fastest counts")
     p.add_argument("--w5-shards", type=int, default=100)
     p.add_argument("--w5-layers", type=int, default=100)
     p.add_argument("--w5-size-mib", type=int, default=100)
@@ -970,6 +998,7 @@ def parse_args(argv):
     if a.deadline is None:
         a.deadline = 30.0 if a.quick else 90.0
     a.conn_mbit = a.conn_mbit or a.link_mbit / 10
+    a.warm_passes = max(1, a.warm_passes)
     a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
@@ -1023,7 +1052,7 @@ def main(argv):
     print()
     print(table(bench.results))
     print()
-    print("targets:")
+    print("targets:" if targets else "targets: none could be judged (see the failed runs)")
     for label, held, figures in targets:
         verdict = "held" if held else ("not judged" if held is None else "NOT held")
         print(f"  {verdict:<10}  {label}: {figures}")

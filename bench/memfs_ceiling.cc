@@ -26,7 +26,6 @@
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
@@ -185,7 +184,13 @@ int main(int argc, char** argv) {
     }
     MemFile file;
     file.name = path.substr(path.find_last_of('/') + 1);
-    file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    in.seekg(0, std::ios::end);
+    file.bytes.resize(static_cast<size_t>(in.tellg()));
+    in.seekg(0);
+    if (!in.read(file.bytes.data(), static_cast<std::streamsize>(file.bytes.size()))) {
+      std::fprintf(stderr, "memfs_ceiling: cannot read %s\n", path.c_str());
+      return 1;
+    }
     files.push_back(std::move(file));
   }
   g_files = &files;

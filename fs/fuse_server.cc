@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,10 @@ struct FuseHandlers {
     int err = ToErrno(status);
     if (err == ENOENT) {
       spdlog::trace("{}", status.message());
+    } else if (std::optional<uint64_t> suppressed = Server(req).error_log_limiter_.Allow()) {
+      // What an application sees as an I/O error deserves a warning, but a
+      // failing mmap can fault thousands of times a second: one a second.
+      spdlog::warn("request failed ({}): {}{}", std::strerror(err), status.ToString(), SuppressedSuffix(*suppressed));
     } else {
       spdlog::debug("request failed ({}): {}", std::strerror(err), status.ToString());
     }

@@ -14,6 +14,7 @@
 
 #include "core/metrics/metrics.h"
 #include "core/options/mount_options.h"
+#include "core/util/log_limiter.h"
 #include "core/util/status.h"
 #include "core/vfs/namespace.h"
 
@@ -52,6 +53,7 @@ class FuseServer {
   bool mounted_ = false;
   bool signals_set_ = false;
   std::function<void()> on_stopping_;
+  LogRateLimiter error_log_limiter_{std::chrono::seconds(1)};  // failed requests: one warning a second
 
   friend struct FuseHandlers;
 };

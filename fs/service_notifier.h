@@ -28,6 +28,8 @@ namespace tensorfs {
 
 class ServiceNotifier {
  public:
+  // Construct before the background process detaches (a relative `mountpoint`
+  // is made absolute here).
   ServiceNotifier(std::string source, std::string mountpoint);
   ServiceNotifier(const ServiceNotifier&) = delete;
   ServiceNotifier& operator=(const ServiceNotifier&) = delete;

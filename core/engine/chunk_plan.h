@@ -2,14 +2,15 @@
 //
 // Chunk 0 is the object's head: for a safetensors file, the 8-byte length, the
 // JSON header and the start of the data, fetched in one request on first use.
-// The rest follows the tensors when the header is known: consecutive small
-// tensors share a chunk (up to chunk_size), a tensor larger than a chunk is
-// split into near-equal pieces no larger than chunk_size, and no chunk crosses
-// from one tensor into another unless both are small. Other objects (and a
-// safetensors file whose header is malformed) are cut at multiples of chunk_size.
+// After it come full chunk_size requests (the last may be up to 1.5 chunks):
+// consecutive small tensors share a chunk, a tensor larger than a chunk is
+// fetched as chunk-sized pieces in parallel, and a file costs at most
+// size / chunk_size + 1.5 requests.
 //
-// Each chunk also knows the last chunk of the tensor it begins or belongs to,
-// so the engine can fetch the rest of a tensor as soon as any of it is read.
+// For a safetensors file each chunk also knows the last chunk of the tensors it
+// holds, so the engine fetches the rest of a tensor as soon as any of it is
+// read; and the plan knows where the header ends, so reading only the header
+// fetches no tensor data.
 //
 // Thread-safety: immutable after construction.
 #ifndef TENSORFS_CORE_ENGINE_CHUNK_PLAN_H_
@@ -41,12 +42,16 @@ class ChunkPlan {
   // The last chunk of the tensor that chunk `index` holds the start or a piece of
   // (index itself for coalesced small tensors and for aligned plans).
   size_t TensorEnd(size_t index) const { return tensor_end_[index]; }
+  // Where tensor data begins (0 when the object is not planned by tensor).
+  uint64_t data_start() const { return data_start_; }
 
  private:
   ChunkPlan(uint64_t object_size) : object_size_(object_size) {}
   void Add(uint64_t start, size_t tensor_end);
+  void AddFixedChunks(uint64_t head_end, uint64_t chunk_size);
 
   uint64_t object_size_;
+  uint64_t data_start_ = 0;
   std::vector<uint64_t> starts_;     // chunk i is [starts_[i], starts_[i+1] or object_size_)
   std::vector<size_t> tensor_end_;  // see TensorEnd
 };

@@ -146,8 +146,10 @@ size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from) const {
   return n;
 }
 
-void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last) {
+void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) {
   const ChunkPlan& plan = *state.plan;
+  // Reading the header (to list tensors, say) calls for no tensor data.
+  if (read_end <= plan.data_start()) return;
   ++state.clock;
   Stream* s = nullptr;
   for (Stream& st : state.streams) {
@@ -299,7 +301,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         if (op->pending.fetch_sub(1) == 1) FinishRead(op);
       });
     }
-    UpdateStreams(state, first, last);
+    UpdateStreams(state, first, last, op->range.end());
     if (op->pending.load() != 0) return;  // the last arriving chunk finishes it
   }
   FinishRead(op);

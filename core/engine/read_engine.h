@@ -117,7 +117,9 @@ class ReadEngine {
   // the cache has no room; returns whether the chunk is cached or coming.
   bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
-  void UpdateStreams(ObjectState& state, size_t first, size_t last) REQUIRES(mu_);
+  // Records a read of chunks [first, last] ending at byte `read_end` and starts
+  // the prefetches it calls for.
+  void UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader
   // is about to arrive), starting a stream there.

@@ -209,6 +209,7 @@ TEST(SystemdNotifyTest, WithoutNotifySocketNothingBreaks) {
   TempDir src;
   WriteFile(src.path() + "/f.txt", "hi");
   ASSERT_EQ(::unsetenv("NOTIFY_SOCKET"), 0);
+  ASSERT_EQ(::unsetenv("JOURNAL_STREAM"), 0);  // as if run from a terminal
   std::string error;
   auto mount = TensorfsMount::Start(src.path(), {}, &error);
   ASSERT_NE(mount, nullptr) << error;
@@ -527,6 +528,50 @@ TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
   ASSERT_EQ(RunCommand("fusermount3 -u " + mnt2.path()).exit_code, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_THAT(ReadWhole(plain), ::testing::Not(HasSubstr("unmounted")));
+}
+
+// A failing read is a warning in the log, but a storm of them is one line a
+// second with a count, not one line per request.
+TEST(LogTest, FailedReadsWarnAtMostOncePerSecond) {
+  TempDir data;
+  for (int i = 0; i < 40; ++i) WriteFile(data.path() + "/ckpt/f" + std::to_string(i), RandomBytes(10000, 7));
+  std::string error;
+  auto server = testing::GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  // Listings work; every download is refused, so nothing is ever cached.
+  ASSERT_TRUE(server->InjectFaults(R"([{"match": {"media": true}, "action": "status", "status": 403, "count": 100000}])"));
+  auto mount = TensorfsMount::Start("gs://ckpt", {"-o", "anonymous,endpoint=" + server->endpoint()}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  int failed = 0;
+  for (int i = 0; i < 40; ++i) {
+    std::string path = mount->path() + "/f" + std::to_string(i);
+    int fd = ::open(path.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << path;
+    char buf[100];
+    if (::read(fd, buf, sizeof buf) < 0 && errno == EACCES) ++failed;
+    ::close(fd);
+  }
+  EXPECT_EQ(failed, 40) << "every read refused";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  std::string path = mount->path() + "/f0";
+  int fd = ::open(path.c_str(), O_RDONLY);
+  char buf[100];
+  EXPECT_EQ(::read(fd, buf, sizeof buf), -1);
+  ::close(fd);
+  std::string log = mount->Log();
+  int warnings = 0;
+  std::istringstream lines(log);
+  std::string line;
+  std::string last;
+  while (std::getline(lines, line)) {
+    if (line.find("warning request failed") != std::string::npos) {
+      ++warnings;
+      last = line;
+    }
+  }
+  EXPECT_EQ(warnings, 2) << log;
+  EXPECT_THAT(last, ::testing::ContainsRegex("\\[[0-9]+ similar warnings suppressed\\]")) << log;
+  EXPECT_THAT(log, HasSubstr("gs://ckpt/f")) << "the warning names the object";
 }
 
 // Logs reach the journal as they are; nothing secret may be in them, even at
