@@ -46,7 +46,10 @@ struct FuseHandlers {
     st.st_uid = ::getuid();
     st.st_gid = ::getgid();
     st.st_size = static_cast<off_t>(attr.size);
-    st.st_blksize = FuseServer::kMaxRead;
+    // The preferred I/O size: stdio and Python size their buffers by it, so a
+    // loader reading an 8-byte header length asks for this much, which must
+    // stay within the head chunk fetched for headers.
+    st.st_blksize = 128 << 10;
     st.st_blocks = static_cast<blkcnt_t>((attr.size + 511) / 512);
     st.st_mtim.tv_sec = attr.mtime_ns / 1000000000;
     st.st_mtim.tv_nsec = attr.mtime_ns % 1000000000;

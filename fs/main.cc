@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <utility>
@@ -101,7 +102,16 @@ int RunStats(const std::string& mountpoint, bool json) {
 }
 
 // What `tensorfs SOURCE DIR` and mount.tensorfs share once options are parsed.
-int ValidateAndMount(const MountOptions& options) {
+int ValidateAndMount(MountOptions options) {
+  // The background process changes to /: relative paths would break there.
+  auto make_absolute = [](std::string& path) {
+    std::error_code ec;
+    std::filesystem::path p = std::filesystem::absolute(path, ec).lexically_normal();
+    if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "dir/" -> "dir"
+    if (!ec) path = p.string();
+  };
+  if (false) make_absolute(options.source);
+  if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
   // A mount point left dead by a tensorfs that was killed would fail validation.
   if (StatusOr<bool> recovered = RecoverDeadMountPoint(options.mountpoint); !recovered.ok()) {

@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <thread>
 
 #include "core/util/thread_annotations.h"
@@ -27,19 +26,8 @@ struct ServiceNotifier::State {
   bool stopping GUARDED_BY(mu) = false;
 };
 
-namespace {
-
-// The background process changes to / once mounted: keep a path that still works.
-std::string Absolute(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
-  return ec ? path : absolute.lexically_normal().string();
-}
-
-}  // namespace
-
 ServiceNotifier::ServiceNotifier(std::string source, std::string mountpoint)
-    : state_(std::make_shared<State>(std::move(source), Absolute(mountpoint))) {}
+    : state_(std::make_shared<State>(std::move(source), std::move(mountpoint))) {}
 
 ServiceNotifier::~ServiceNotifier() = default;
 

@@ -28,8 +28,7 @@ namespace tensorfs {
 
 class ServiceNotifier {
  public:
-  // Construct before the background process detaches (a relative `mountpoint`
-  // is made absolute here).
+  // `mountpoint` is an absolute path (the background process changes to /).
   ServiceNotifier(std::string source, std::string mountpoint);
   ServiceNotifier(const ServiceNotifier&) = delete;
   ServiceNotifier& operator=(const ServiceNotifier&) = delete;

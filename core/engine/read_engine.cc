@@ -181,8 +181,11 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
   s->age = state.clock;
 
   // The rest of the tensor being read, and for a reader moving on (not one that
-  // just jumped here), the window ahead in storage order.
-  size_t target = std::max(s->frontier, plan.TensorEnd(last));
+  // just jumped here), the window ahead in storage order. A first read that
+  // stays in the head chunk is most likely the kernel reading ahead of a header
+  // read: it calls for nothing more yet.
+  const bool head_only = last == 0 && state.streams.size() == 1 && s->reads == 1;
+  size_t target = head_only ? s->frontier : std::max(s->frontier, plan.TensorEnd(last));
   if (s->reads >= 2) target = std::max(target, last + WindowChunks(plan, last + 1));
   target = std::min(target, plan.size() - 1);
   for (size_t i = std::max(last + 1, s->frontier + 1); i <= target; ++i) {

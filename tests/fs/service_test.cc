@@ -288,6 +288,23 @@ TEST(DeadMountTest, LiveMountsAndPlainDirectoriesAreLeftAlone) {
   EXPECT_FALSE(*missing);
 }
 
+// The background process changes to /; relative paths given on the command
+// line still name what they named.
+TEST(CommandLineServiceTest, BackgroundMountWithRelativePathsReadsFiles) {
+  TempDir dir;
+  WriteFile(dir.path() + "/src/llama/model.safetensors", RandomBytes(12 << 20, 6));  // more than one fetch
+  fsys::create_directories(dir.path() + "/mnt");
+  auto result = RunCommand("cd " + dir.path() + " && " + TensorfsBinary() + " src/ mnt");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(RunCommand("grep ' " + dir.path() + "/mnt ' /proc/mounts").output,
+              ::testing::StartsWith(dir.path() + "/src "))
+      << "the source is shown as an absolute path";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // well after the process went to /
+  EXPECT_EQ(ReadWhole(dir.path() + "/mnt/llama/model.safetensors"),
+            ReadWhole(dir.path() + "/src/llama/model.safetensors"));
+  EXPECT_EQ(RunCommand("fusermount3 -u " + dir.path() + "/mnt").exit_code, 0);
+}
+
 // Readers in several threads, each going through the kernel to tensorfs
 // (O_DIRECT: no page cache), until told to stop or the mount goes away.
 class Readers {
