@@ -110,7 +110,7 @@ int ValidateAndMount(MountOptions options) {
     if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "dir/" -> "dir"
     if (!ec) path = p.string();
   };
-  if (false) make_absolute(options.source);
+  if (!options.source.empty() && !options.source.starts_with("gs://")) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
   // A mount point left dead by a tensorfs that was killed would fail validation.

@@ -5,6 +5,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -32,6 +33,10 @@ ServiceNotifier::ServiceNotifier(std::string source, std::string mountpoint)
 ServiceNotifier::~ServiceNotifier() = default;
 
 void ServiceNotifier::NotifyWhenServing() {
+  // Nobody to tell. (The probe below also holds the mount point busy while it
+  // waits, which would make an unmount right after mounting fail with EBUSY.)
+  const char* socket = std::getenv("NOTIFY_SOCKET");
+  if (socket == nullptr || *socket == '\0') return;
   std::thread([state = state_] {
     // Blocks until the FUSE loop answers (or the mount goes away).
     struct statfs sfs;

@@ -11,8 +11,8 @@
 //    signal such as systemd's SIGTERM, or an unmount) and the mount point is
 //    about to be unmounted.
 //
-// Without NOTIFY_SOCKET in the environment nothing is sent (sd_notify is a
-// no-op); the readiness check still runs and logs a failure.
+// Without NOTIFY_SOCKET in the environment (not run by systemd) nothing is sent
+// and nothing is checked.
 //
 // Thread-safety: Stopping() may be called from any thread. The readiness
 // thread and Stopping() serialize on a mutex, so READY=1 never follows

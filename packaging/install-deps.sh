@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what tensorfs needs to build, test and run its demo on Debian 12.
+# Installs what tensorfs needs to build, test and run its demo on Debian 12,
+# plus any package named on the command line (install-bench-deps.sh uses that).
 # Idempotent and quiet: does nothing when everything is already installed.
 # Run as root.
 set -euo pipefail
@@ -12,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
+  "$@"
 )
 
 missing=()

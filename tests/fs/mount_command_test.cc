@@ -1,9 +1,13 @@
 // mount(8) and fstab: util-linux's mount runs /sbin/mount.tensorfs, the tensorfs
 // binary under the helper's name. For the test's duration /sbin/mount.tensorfs
 // is a symbolic link to the built binary (created if absent, removed after);
-// the tests hold the ctest resource lock "sbin_mount_tensorfs".
+// the tests hold the ctest resource lock "sbin_mount_tensorfs" and, against
+// test runs in other build directories, an flock on kMachineLock (which the
+// .deb test, installing the real helper, takes too).
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -28,12 +32,22 @@ using testing::TempDir;
 using testing::TensorfsBinary;
 
 constexpr char kHelper[] = "/sbin/mount.tensorfs";
+constexpr char kMachineLock[] = "/run/lock/tensorfs-mount-helper-test.lock";
 
 std::string ReadWhole(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Equal bytes, or where they first differ (never the whole contents).
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size()
+                                       << "; first difference at byte " << i;
 }
 
 void WriteFile(const std::string& path, const std::string& bytes) {
@@ -66,6 +80,9 @@ void Umount(const std::string& path, const std::string& source) {
 class MountCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    lock_fd_ = ::open(kMachineLock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(lock_fd_, 0) << kMachineLock << ": " << std::strerror(errno);
+    ASSERT_EQ(::flock(lock_fd_, LOCK_EX), 0) << std::strerror(errno);
     std::error_code ec;
     if (fsys::is_symlink(kHelper, ec)) {
       if (fsys::read_symlink(kHelper, ec) != TensorfsBinary()) {
@@ -83,8 +100,10 @@ class MountCommandTest : public ::testing::Test {
   void TearDown() override {
     if (IsMounted(mnt_.path())) (void)RunCommand("umount -l " + mnt_.path());
     if (created_) ::unlink(kHelper);
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
   }
 
+  int lock_fd_ = -1;
   bool created_ = false;
   TempDir src_, mnt_;
 };
@@ -97,7 +116,7 @@ TEST_F(MountCommandTest, MountTypeTensorfsWithFstabOptions) {
   std::string line = ProcMountsLine(mnt_.path());
   EXPECT_THAT(line, HasSubstr(" fuse.tensorfs ro,"));
   EXPECT_THAT(line, ::testing::StartsWith(src_.path() + " ")) << "the source is the fsname";
-  EXPECT_EQ(ReadWhole(mnt_.path() + "/llama/model.safetensors"), ReadWhole(src_.path() + "/llama/model.safetensors"));
+  EXPECT_TRUE(SameBytes(ReadWhole(mnt_.path() + "/llama/model.safetensors"), ReadWhole(src_.path() + "/llama/model.safetensors")));
   EXPECT_EQ(ReadWhole(mnt_.path() + "/README.txt"), "a checkpoint\n");
   Umount(mnt_.path(), src_.path());
 }
@@ -160,7 +179,7 @@ TEST_F(MountCommandTest, GsSourceThroughMount) {
                            " -o ro,_netdev,anonymous,endpoint=" + server->endpoint());
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(ProcMountsLine(mnt_.path()), ::testing::StartsWith("gs://ckpt/models "));
-  EXPECT_EQ(ReadWhole(mnt_.path() + "/llama/model.safetensors"), std::string(1 << 20, 'g'));
+  EXPECT_TRUE(SameBytes(ReadWhole(mnt_.path() + "/llama/model.safetensors"), std::string(1 << 20, 'g')));
   Umount(mnt_.path(), "gs://ckpt/models");
 }
 

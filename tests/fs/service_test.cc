@@ -49,6 +49,15 @@ std::string ReadWhole(const std::string& path) {
   return ss.str();
 }
 
+// Equal bytes, or where they first differ (never the whole contents).
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size()
+                                       << "; first difference at byte " << i;
+}
+
 void WriteFile(const std::string& path, const std::string& bytes) {
   fsys::create_directories(fsys::path(path).parent_path());
   std::ofstream(path, std::ios::binary) << bytes;
@@ -77,6 +86,15 @@ int MountCount(const std::string& path) {
   }
   return n;
 }
+
+// Unmounts `path` on destruction if it is still mounted, so a failed ASSERT
+// leaves no mount behind.
+struct UnmountOnExit {
+  std::string path;
+  ~UnmountOnExit() {
+    if (IsMounted(path)) (void)RunCommand("fusermount3 -u " + path + " || umount -l " + path);
+  }
+};
 
 // A tensorfs started by the test itself (not through TensorfsMount, which waits
 // for the mount before returning): killed and unmounted on destruction.
@@ -190,7 +208,7 @@ TEST(SystemdNotifyTest, ReadyOnlyOnceTheMountAnswersThenStoppingOnSigterm) {
   EXPECT_EQ(st.st_size, 1 << 20);
   EXPECT_THAT(ready, HasSubstr("STATUS=Serving " + src.path() + " on " + mnt.path()));
   EXPECT_EQ(seen.size(), 1u) << "READY=1 is the first message";
-  EXPECT_EQ(ReadWhole(mnt.path() + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors"));
+  EXPECT_TRUE(SameBytes(ReadWhole(mnt.path() + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors")));
 
   ASSERT_EQ(::kill(child.pid(), SIGTERM), 0);
   std::string stopping = notify.ReceiveUntil("STOPPING=1", std::chrono::seconds(2), &seen);
@@ -236,11 +254,12 @@ TEST(DeadMountTest, StartingAgainAfterSigkillRecoversTheMountPoint) {
   ASSERT_EQ(::open((mnt + "/llama/model.safetensors").c_str(), O_RDONLY), -1);
   ASSERT_EQ(errno, ENOTCONN);
 
+  UnmountOnExit unmount{mnt};
   auto again = RunCommand(TensorfsBinary() + " " + src.path() + " " + mnt);
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_THAT(again.output, HasSubstr("had died"));
   EXPECT_THAT(again.output, HasSubstr("Transport endpoint is not connected"));
-  EXPECT_EQ(ReadWhole(mnt + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors"));
+  EXPECT_TRUE(SameBytes(ReadWhole(mnt + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors")));
   EXPECT_EQ(MountCount(mnt), 1) << "the dead mount was detached, not stacked under the new one";
   EXPECT_EQ(RunCommand("fusermount3 -u " + mnt).exit_code, 0);
   EXPECT_FALSE(IsMounted(mnt));
@@ -296,13 +315,15 @@ TEST(CommandLineServiceTest, BackgroundMountWithRelativePathsReadsFiles) {
   fsys::create_directories(dir.path() + "/mnt");
   auto result = RunCommand("cd " + dir.path() + " && " + TensorfsBinary() + " src/ mnt");
   ASSERT_EQ(result.exit_code, 0) << result.output;
+  UnmountOnExit unmount{dir.path() + "/mnt"};
   EXPECT_THAT(RunCommand("grep ' " + dir.path() + "/mnt ' /proc/mounts").output,
               ::testing::StartsWith(dir.path() + "/src "))
       << "the source is shown as an absolute path";
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // well after the process went to /
-  EXPECT_EQ(ReadWhole(dir.path() + "/mnt/llama/model.safetensors"),
-            ReadWhole(dir.path() + "/src/llama/model.safetensors"));
+  EXPECT_TRUE(SameBytes(ReadWhole(dir.path() + "/mnt/llama/model.safetensors"),
+                        ReadWhole(dir.path() + "/src/llama/model.safetensors")));
   EXPECT_EQ(RunCommand("fusermount3 -u " + dir.path() + "/mnt").exit_code, 0);
+  EXPECT_FALSE(IsMounted(dir.path() + "/mnt"));
 }
 
 // Readers in several threads, each going through the kernel to tensorfs
@@ -471,7 +492,7 @@ TEST(PrometheusMountTest, MetricsAreServedOnLoopbackAndCountReads) {
   EXPECT_THAT(before.output, HasSubstr("tensorfs_fetch_latency_seconds_bucket{le=\"+Inf\"} "));
   EXPECT_THAT(before.output, HasSubstr("tensorfs_errors_total{kind=\"not_found\"} "));
 
-  ASSERT_EQ(ReadWhole(mount->path() + "/llama/model.safetensors"), bytes);
+  ASSERT_TRUE(SameBytes(ReadWhole(mount->path() + "/llama/model.safetensors"), bytes));
   auto after = RunCommand("curl -sSf " + url + "/metrics");
   ASSERT_EQ(after.exit_code, 0) << after.output;
   EXPECT_GT(Sample(after.output, "tensorfs_read_requests_total"), Sample(before.output, "tensorfs_read_requests_total"));
@@ -523,11 +544,13 @@ TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
   struct stat st;
   ASSERT_EQ(::stat(log.c_str(), &st), 0);
   std::string stream = std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  UnmountOnExit unmount{mnt.path()};
   auto result = RunCommand("(JOURNAL_STREAM=" + stream + " " + TensorfsBinary() + " " + src.path() + " " +
                            mnt.path() + " 2>>" + log + ")");
   ASSERT_EQ(result.exit_code, 0) << result.output << ReadWhole(log);
   EXPECT_EQ(ReadWhole(mnt.path() + "/f.txt"), "x");
-  ASSERT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
+  auto unmounted = RunCommand("fusermount3 -u " + mnt.path());
+  ASSERT_EQ(unmounted.exit_code, 0) << unmounted.output;
   auto deadline = Clock::now() + std::chrono::seconds(5);
   while (ReadWhole(log).find("unmounted") == std::string::npos && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -540,9 +563,11 @@ TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
   // Not the journal: after detaching, nothing more is written there.
   TempDir mnt2;
   const std::string plain = run.path() + "/plain";
+  UnmountOnExit unmount2{mnt2.path()};
   result = RunCommand("(" + TensorfsBinary() + " " + src.path() + " " + mnt2.path() + " 2>>" + plain + ")");
   ASSERT_EQ(result.exit_code, 0) << ReadWhole(plain);
-  ASSERT_EQ(RunCommand("fusermount3 -u " + mnt2.path()).exit_code, 0);
+  unmounted = RunCommand("fusermount3 -u " + mnt2.path());
+  ASSERT_EQ(unmounted.exit_code, 0) << unmounted.output;
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_THAT(ReadWhole(plain), ::testing::Not(HasSubstr("unmounted")));
 }
@@ -617,10 +642,10 @@ TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {
                                                "/sa.json,log_level=trace"},
                                     &error);
   ASSERT_NE(mount, nullptr) << error;
-  EXPECT_EQ(ReadWhole(mount->path() + "/a.bin"), ReadWhole(data.path() + "/secure/a.bin"));
+  EXPECT_TRUE(SameBytes(ReadWhole(mount->path() + "/a.bin"), ReadWhole(data.path() + "/secure/a.bin")));
   // Revoked tokens draw a 401 and a refresh: the paths that talk about tokens.
   ASSERT_EQ(RunCommand("curl -sf -X POST " + server->endpoint() + "/_control/tokens/revoke").exit_code, 0);
-  EXPECT_EQ(ReadWhole(mount->path() + "/b.bin"), ReadWhole(data.path() + "/secure/b.bin"));
+  EXPECT_TRUE(SameBytes(ReadWhole(mount->path() + "/b.bin"), ReadWhole(data.path() + "/secure/b.bin")));
   EXPECT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(2)));
   std::string log = mount->Log();
   EXPECT_THAT(log, HasSubstr("refreshing the access token")) << "the refresh was logged:\n" << log;

@@ -16,6 +16,10 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "skipped: installing a package needs root"
   exit 77
 fi
+# One test at a time per machine may own /sbin/mount.tensorfs, whatever the
+# build directory (tests/fs/mount_command_test.cc takes the same lock).
+exec 9>/run/lock/tensorfs-mount-helper-test.lock
+flock -w 240 9 || { echo "FAIL: another test holds /run/lock/tensorfs-mount-helper-test.lock" >&2; exit 1; }
 if [[ "$(dpkg-query -W -f='${db:Status-Status}' tensorfs 2>/dev/null || true)" != "" &&
       "$(dpkg-query -W -f='${db:Status-Status}' tensorfs 2>/dev/null)" != "not-installed" ]]; then
   echo "skipped: a tensorfs package is already installed on this machine"
