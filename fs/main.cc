@@ -51,8 +51,9 @@ int RunInspect(const MountOptions& options, bool json, const std::string& layer_
   if (!report.ok()) return Fail(report.status());
   std::string text = json ? RenderInspectJson(*report) : RenderInspectText(*report);
   std::fwrite(text.data(), 1, text.size(), stdout);
-  // A corrupt file is reported, and makes the command fail so scripts notice.
-  return report->AllFilesOk() ? 0 : 2;
+  // A corrupt file (or an index that disagrees with the shards) is reported,
+  // and makes the command fail so scripts notice.
+  return report->ok() ? 0 : 2;
 }
 
 int RunMount(const MountOptions& options) {
