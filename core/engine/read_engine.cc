@@ -16,7 +16,7 @@ constexpr size_t kMaxStreams = 8;
 // Readers that jump to this many new places in one object are reading all of
 // it in their own order (a loader going tensor by tensor in any order): from
 // then on the object is prefetched whole, in storage order.
-constexpr int kSweepAfterJumps = 4;
+constexpr int kSweepAfterJumps = 3;
 // Kernel readahead requests arrive slightly out of order; a read this many
 // chunks behind a stream's start still belongs to it.
 constexpr size_t kBackTolerance = 2;
@@ -192,20 +192,12 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
     if (!Request(state, i, /*prefetch=*/true)) break;
     s->frontier = i;
   }
-  // A sequential reader near the end: start on the next file of the checkpoint.
-  if (s->reads >= 2 && s->frontier + 1 >= plan.size() && state.successor && !state.successor_started) {
+  // A sequential reader within a window of the end: keep the link busy with the
+  // start of the next file of the checkpoint, as much as the window has left.
+  if (s->reads >= 2 && s->frontier + 1 >= plan.size()) {
     uint64_t left = 0;
     for (size_t i = last + 1; i < plan.size(); ++i) left += plan.Chunk(i).length;
-    if (left < options_.prefetch_window) {
-      state.successor_started = true;
-      ObjectState& next = StateOf(*state.successor);
-      if (next.plan != nullptr) {
-        ContinueInto(next, options_.prefetch_window - left);
-      } else {
-        next.continue_bytes = options_.prefetch_window - left;
-        StartHead(next, /*prefetch=*/true);
-      }
-    }
+    ContinueIntoSuccessor(state, left);
   }
   // Streams that ran into this one are part of it now.
   Stream merged = *s;
@@ -221,17 +213,35 @@ void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
   for (size_t i = 0; i + 1 < objects.size(); ++i) StateOf(objects[i]).successor = objects[i + 1];
 }
 
+void ReadEngine::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
+  if (!state.successor || left >= options_.prefetch_window) return;
+  const uint64_t want = options_.prefetch_window - left;
+  ObjectState& next = StateOf(*state.successor);
+  if (next.plan != nullptr) {
+    ContinueInto(next, want);
+  } else {
+    next.continue_bytes = std::max(next.continue_bytes, want);
+    StartHead(next, /*prefetch=*/true);
+  }
+}
+
 void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
   const ChunkPlan& plan = *state.plan;
-  if (!state.streams.empty()) return;  // a reader got here first
-  Stream stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .age = ++state.clock};
-  uint64_t requested = 0;
-  for (size_t i = 1; i < plan.size() && requested < bytes; ++i) {
-    if (!Request(state, i, /*prefetch=*/true)) break;
-    requested += plan.Chunk(i).length;
-    stream.frontier = i;
+  // The stream the predecessor's reader will continue in.
+  auto it = std::find_if(state.streams.begin(), state.streams.end(), [](const Stream& st) { return st.start == 0; });
+  if (it == state.streams.end()) {
+    if (state.streams.size() >= kMaxStreams) return;
+    state.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2});
+    it = std::prev(state.streams.end());
   }
-  state.streams.push_back(stream);
+  it->age = ++state.clock;
+  uint64_t covered = 0;
+  for (size_t i = 1; i < plan.size() && covered < bytes; ++i) {
+    covered += plan.Chunk(i).length;
+    if (i <= it->frontier) continue;
+    if (!Request(state, i, /*prefetch=*/true)) break;
+    it->frontier = i;
+  }
 }
 
 void ReadEngine::TopUpSweep(ObjectState& state) {
@@ -244,6 +254,10 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
       ++state.sweep_in_flight;
     }
     ++state.sweep_next;
+  }
+  // All of this object is on its way: the next file of the checkpoint can start.
+  if (state.sweep_next >= plan.size()) {
+    ContinueIntoSuccessor(state, static_cast<uint64_t>(state.sweep_in_flight) * options_.chunk_size);
   }
 }
 

@@ -101,7 +101,6 @@ class ReadEngine {
     size_t sweep_next = 0;
     int sweep_in_flight = 0;
     std::optional<ObjectInfo> successor;  // see SetReadOrder
-    bool successor_started = false;
     uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
   };
   struct Job {
@@ -124,6 +123,9 @@ class ReadEngine {
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader
   // is about to arrive), starting a stream there.
   void ContinueInto(ObjectState& state, uint64_t bytes) REQUIRES(mu_);
+  // The same for the object read after `state`'s (see SetReadOrder), when only
+  // `left` bytes of this one remain to be fetched.
+  void ContinueIntoSuccessor(ObjectState& state, uint64_t left) REQUIRES(mu_);
   size_t WindowChunks(const ChunkPlan& plan, size_t from) const;
 
   void WorkerLoop() EXCLUDES(mu_);
