@@ -25,24 +25,14 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using testing::ReadWhole;
+using testing::WriteFile;
 using testing::GcsTestServer;
 using testing::RunCommand;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
 
 constexpr char kShard[] = "llama/model-00001-of-00002.safetensors";
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  fsys::create_directories(fsys::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 // Reads a whole file with read(); returns errno on failure.
 int ReadFile(const std::string& path, std::string* out) {
@@ -245,21 +235,13 @@ TEST_F(GcsMountTest, ReplacedObjectGivesStaleNeverMixedBytes) {
 TEST(GcsMountAuthTest, ServiceAccountKeyFileMounts) {
   testing::TempDir data, keys;
   WriteFile(data.path() + "/secure/weights.bin", "secret bytes");
-  ASSERT_EQ(RunCommand("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out " + keys.path() +
-                       "/key.pem").exit_code, 0);
+  ASSERT_NE(testing::GenerateRsaKey(keys.path()), "");
   std::string error;
   auto server = GcsTestServer::Start({.data_dir = data.path(),
                                       .extra_args = {"--require-auth", "--token-public-key", keys.path() + "/key.pem"}},
                                      &error);
   ASSERT_NE(server, nullptr) << error;
-  std::string pem = ReadWhole(keys.path() + "/key.pem");
-  std::string escaped;
-  for (char c : pem) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
-  WriteFile(keys.path() + "/sa.json",
-            R"({"type": "service_account", "client_email": "loader@test.iam.gserviceaccount.com",
-                "private_key_id": "k1", "private_key": ")" + escaped + R"(",
-                "token_uri": ")" + server->endpoint() + R"(/token"})");
-  ::chmod((keys.path() + "/sa.json").c_str(), 0600);
+  testing::WriteServiceAccountKey(keys.path() + "/sa.json", keys.path() + "/key.pem", server->endpoint() + "/token");
   auto mount = TensorfsMount::Start(
       "gs://secure", {"-o", "endpoint=" + server->endpoint() + ",key_file=" + keys.path() + "/sa.json"}, &error);
   ASSERT_NE(mount, nullptr) << error;

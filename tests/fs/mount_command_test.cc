@@ -26,6 +26,9 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using testing::ReadWhole;
+using testing::WriteFile;
+using testing::SameBytes;
 using testing::IsMounted;
 using testing::RunCommand;
 using testing::TempDir;
@@ -33,27 +36,6 @@ using testing::TensorfsBinary;
 
 constexpr char kHelper[] = "/sbin/mount.tensorfs";
 constexpr char kMachineLock[] = "/run/lock/tensorfs-mount-helper-test.lock";
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Equal bytes, or where they first differ (never the whole contents).
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size()
-                                       << "; first difference at byte " << i;
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  fsys::create_directories(fsys::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 // The /proc/mounts line of `path`, or "".
 std::string ProcMountsLine(const std::string& path) {

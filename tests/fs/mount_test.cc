@@ -22,16 +22,10 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using testing::ReadWhole;
 using testing::RunCommand;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Relative paths of every regular file under `root`.
 std::vector<std::string> FilesUnder(const std::string& root) {

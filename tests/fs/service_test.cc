@@ -35,33 +35,15 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using testing::ReadWhole;
+using testing::WriteFile;
+using testing::SameBytes;
 using testing::IsMounted;
 using testing::RunCommand;
 using testing::TempDir;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
 using Clock = std::chrono::steady_clock;
-
-std::string ReadWhole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Equal bytes, or where they first differ (never the whole contents).
-::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
-  if (got == want) return ::testing::AssertionSuccess();
-  size_t i = 0;
-  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
-  return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size()
-                                       << "; first difference at byte " << i;
-}
-
-void WriteFile(const std::string& path, const std::string& bytes) {
-  fsys::create_directories(fsys::path(path).parent_path());
-  std::ofstream(path, std::ios::binary) << bytes;
-}
 
 std::string RandomBytes(size_t n, uint64_t seed) {
   std::string s(n, '\0');
@@ -622,21 +604,13 @@ TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {
   TempDir data, keys;
   WriteFile(data.path() + "/secure/a.bin", RandomBytes(200000, 4));
   WriteFile(data.path() + "/secure/b.bin", RandomBytes(200000, 5));
-  ASSERT_EQ(RunCommand("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out " + keys.path() +
-                       "/key.pem").exit_code, 0);
+  ASSERT_NE(testing::GenerateRsaKey(keys.path()), "");
   std::string error;
   auto server = testing::GcsTestServer::Start(
       {.data_dir = data.path(), .extra_args = {"--require-auth", "--token-public-key", keys.path() + "/key.pem"}},
       &error);
   ASSERT_NE(server, nullptr) << error;
-  std::string pem = ReadWhole(keys.path() + "/key.pem");
-  std::string escaped;
-  for (char c : pem) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
-  WriteFile(keys.path() + "/sa.json",
-            R"({"type": "service_account", "client_email": "loader@test.iam.gserviceaccount.com",
-                "private_key_id": "k1", "private_key": ")" + escaped + R"(",
-                "token_uri": ")" + server->endpoint() + R"(/token"})");
-  ::chmod((keys.path() + "/sa.json").c_str(), 0600);
+  testing::WriteServiceAccountKey(keys.path() + "/sa.json", keys.path() + "/key.pem", server->endpoint() + "/token");
   auto mount = TensorfsMount::Start("gs://secure",
                                     {"-o", "endpoint=" + server->endpoint() + ",key_file=" + keys.path() +
                                                "/sa.json,log_level=trace"},
@@ -653,7 +627,7 @@ TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {
   EXPECT_THAT(log, ::testing::Not(HasSubstr("Bearer ")));
   EXPECT_THAT(log, ::testing::Not(HasSubstr("eyJ"))) << "a signed JWT assertion";
   EXPECT_THAT(log, ::testing::Not(HasSubstr("PRIVATE KEY")));
-  EXPECT_THAT(log, ::testing::Not(HasSubstr(pem.substr(100, 40)))) << "key material";
+  EXPECT_THAT(log, ::testing::Not(HasSubstr(ReadWhole(keys.path() + "/key.pem").substr(100, 40)))) << "key material";
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +37,41 @@ CommandResult RunCommand(const std::string& command) {
   int status = ::pclose(pipe);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+std::string ReadWhole(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want) {
+  if (got == want) return ::testing::AssertionSuccess();
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  return ::testing::AssertionFailure() << "got " << got.size() << " bytes, want " << want.size()
+                                       << "; first difference at byte " << i;
+}
+
+std::string GenerateRsaKey(const std::string& dir) {
+  const std::string path = dir + "/key.pem";
+  bool ok = RunCommand("openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out " + path).exit_code == 0;
+  return ok ? path : "";
+}
+
+void WriteServiceAccountKey(const std::string& path, const std::string& key_pem, const std::string& token_uri) {
+  std::string escaped;
+  for (char c : ReadWhole(key_pem)) escaped += c == '\n' ? std::string("\\n") : std::string(1, c);
+  WriteFile(path, R"({"type": "service_account", "client_email": "loader@test.iam.gserviceaccount.com",
+                     "private_key_id": "k1", "private_key": ")" + escaped + R"(",
+                     "token_uri": ")" + token_uri + R"("})");
+  ::chmod(path.c_str(), 0600);
 }
 
 std::string TensorfsBinary() { return TENSORFS_BINARY; }

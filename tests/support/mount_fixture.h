@@ -4,6 +4,7 @@
 #ifndef TENSORFS_TESTS_SUPPORT_MOUNT_FIXTURE_H_
 #define TENSORFS_TESTS_SUPPORT_MOUNT_FIXTURE_H_
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <chrono>
@@ -32,6 +33,20 @@ struct CommandResult {
 };
 // Runs a shell command line and captures its output.
 CommandResult RunCommand(const std::string& command);
+
+// A whole file's bytes ("" if it cannot be read).
+std::string ReadWhole(const std::string& path);
+// Creates `path` (and its directories) holding `bytes`.
+void WriteFile(const std::string& path, const std::string& bytes);
+// Equal bytes, or where they first differ (never the whole contents).
+::testing::AssertionResult SameBytes(const std::string& got, const std::string& want);
+
+// Makes a fresh RSA key, dir/key.pem (for the test server's
+// --token-public-key); returns its path, or "" if openssl failed.
+std::string GenerateRsaKey(const std::string& dir);
+// Writes `path` (mode 0600): a service-account key file holding the PEM key
+// at `key_pem`, whose tokens come from `token_uri`.
+void WriteServiceAccountKey(const std::string& path, const std::string& key_pem, const std::string& token_uri);
 
 // The built tensorfs binary.
 std::string TensorfsBinary();
