@@ -31,8 +31,8 @@ namespace tensorfs {
 namespace {
 
 constexpr char kDescription[] =
-    "tensorfs mounts a directory of safetensors checkpoints read-only, for loaders that open, read "
-    "and mmap the files.\n\n"
+    "tensorfs mounts safetensors checkpoints from Google Cloud Storage or a local directory, read-only,\n"
+    "for loaders that open, read and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
     "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n\n"
