@@ -17,6 +17,16 @@ reset before each run:
   W3  4 processes at once, each loading different shards
   W4  W1 again on the same mount (warm caches)
   W5  ls -l plus a header parse of every shard of a 100-shard checkpoint
+  W6  AirLLM's forward pass over splitted_model/: each layer file in turn
+      (embeddings, blocks 0..N-1, norm, head) loaded as safetensors' load_file
+      does, nothing computed in between
+  W7  the same over splitted_model.4bit/ (NF4, quantized by tensorfs as it reads)
+
+W6 and W7 are rated over the SOURCE bytes of the layers they loaded (the
+checkpoint's tensor bytes, which is what the link carries), and report the time
+to the first layer and, for W7, the bytes the layer files held. With --micro-bench,
+the quantization and cast cases of micro_bench are run first (per core, source
+bytes per second) and compared with the link rate.
 
 Peers on the same link in the same run: a naive client that issues one range
 GET per tensor; staging (download everything with 16 parallel range GETs, then
@@ -41,6 +51,7 @@ import platform
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -57,6 +68,10 @@ BUCKET = "tensorfs-bench"
 MB = 1e6
 MiB = 1 << 20
 RSS_SLACK = 128 * MiB
+LAYER_WORKLOADS = {"W6": "splitted_model", "W7": "splitted_model.4bit"}
+# micro_bench cases that say whether a view can keep up with the link.
+QUANT_CASES = ["BM_QuantizeNf4", "BM_QuantizeBlockwise8", "BM_QuantizeRowInt8", "BM_CastF32ToBf16"]
+BLOCK_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks)\.(\d+)\.")
 
 # rclone mount settings tried for W1; the fastest is reported as "rclone".
 RCLONE_CONFIGS = {
@@ -82,7 +97,7 @@ STARTED = time.monotonic()
 class Result:
     name: str                  # the row label, "tensorfs W1"
     system: str                # tensorfs, memfs, naive, staging, rclone-off, link
-    workload: str              # W1..W5
+    workload: str              # W1..W7
     seconds: float | None = None
     bytes_needed: int = 0      # what the workload read: headers plus tensors
     complete: bool = True
@@ -117,6 +132,53 @@ class Result:
         out = dataclasses.asdict(self)
         out.update(mbps=self.mbps, pct_link=self.pct_link, fetched_ratio=self.fetched_ratio)
         return out
+
+
+# --------------------------------------------------------------------------- layers
+
+DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+               "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+HEAD_PARTS = {"lm_head", "embed_out", "output", "score", "classifier", "cls", "qa_outputs", "head"}
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return header
+
+
+def layer_plan(src, shards):
+    """The per-layer files of splitted_model/ in forward order, from the source
+    shards' headers, as AirLLM derives its layer names from the model:
+    [(file name, source tensor bytes, tensors)]. Groups as tensorfs' built-in
+    rules do (core/safetensors/layers.h): a block is the leftmost
+    "<layers|layer|h|block|blocks>.<N>."; any other tensor goes with its module.
+    Order: embeddings, blocks by index, other modules (the final norm), heads."""
+    groups = {}  # prefix -> [rank, position, bytes, tensors]
+    for shard in shards:
+        header = read_header(os.path.join(src, shard))
+        for name, info in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+            m = BLOCK_RE.search(name)
+            if m:
+                prefix, rank, position = name[:m.end()], 1, int(m.group(1))
+            else:
+                prefix = name.rsplit(".", 1)[0] + "." if "." in name else name
+                parts = prefix.rstrip(".").split(".")
+                if any(p in HEAD_PARTS for p in parts):
+                    rank = 3
+                elif any("embed" in p or p in ("wte", "wpe", "shared") for p in parts):
+                    rank = 0
+                else:
+                    rank = 2
+                position = len(groups)
+            begin, end = info["data_offsets"]
+            g = groups.setdefault(prefix, [rank, position, 0, 0])
+            g[2] += end - begin
+            g[3] += 1
+    order = sorted(groups.items(), key=lambda kv: (kv[1][0], kv[1][1]))
+    return [(prefix + "safetensors", g[2], g[3]) for prefix, g in order]
 
 
 # --------------------------------------------------------------------------- processes
@@ -275,6 +337,9 @@ class Bench:
         self.chunk_option = False
         self.rclone_best = None
         self.rclone = shutil.which("rclone")
+        self.layers = None      # layer_plan() of the checkpoint, for W6 and W7
+        self.quant = None       # {case: micro_bench row or None when missing}
+        self.quant_error = None
 
     # ------------------------------------------------------------------ setup
 
@@ -613,6 +678,83 @@ class Bench:
         self.guarded(f"{label} W5 ls + headers", system if system == "tensorfs" else f"rclone-{self.rclone_best}",
                      "W5", body)
 
+    def tensorfs_stats(self, mnt):
+        """`tensorfs stats --json MOUNTPOINT`: the mount's own counters (fetches,
+        bytes_fetched, cache ...); None when it cannot say."""
+        proc = subprocess.run([self.args.tensorfs, "stats", "--json", mnt], capture_output=True, text=True,
+                              timeout=30)
+        if proc.returncode != 0:
+            return None
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            return None
+
+    def run_layers(self, workload):
+        """W6/W7: AirLLM's forward pass over a splitted_model view of a fresh mount."""
+        view = LAYER_WORKLOADS[workload]
+        names = [n for n, _, _ in self.layers]
+        source = [b for _, b, _ in self.layers]
+
+        def body(result, mnt):
+            files = [os.path.join(mnt, view, n) for n in names]
+            cmd = [PYTHON, LOADER_PY, "layers", *files, "--source-bytes", ",".join(map(str, source))]
+            if self.args.deadline:
+                cmd += ["--deadline", str(self.args.deadline)]
+            out, err = run_json(cmd, self.hard_timeout())
+            if out is None:
+                raise RuntimeError(err)
+            result.seconds = out["end"] - out["start"]
+            result.bytes_needed = out["source_bytes"]
+            result.complete = bool(out.get("complete", False))
+            result.files = out.get("files", 0)
+            output = out["bytes"]
+            first = out.get("first_layer_end")
+            result.extra.update(output_bytes=output, tensors=out.get("tensors"), layer_files=len(names),
+                                first_layer_seconds=None if first is None else first - out["start"],
+                                first_layer_source_bytes=source[0] if source else 0,
+                                layers=out.get("layers"))
+            if err:
+                result.note = err
+            stats = self.tensorfs_stats(mnt)
+            if stats is not None:
+                result.extra["tensorfs_stats"] = stats
+            parts = [f"{result.files}/{len(names)} layer files" if not result.complete
+                     else f"{len(names)} layer files"]
+            if first is not None:
+                parts.append(f"first layer {first - out['start']:.2f} s")
+            parts.append(f"out {output / MB:.0f} MB = {output / max(result.bytes_needed, 1):.2f}x source")
+            if not result.complete:
+                parts.insert(0, f"partial: stopped after {result.seconds:.0f} s")
+            result.note = "; ".join(parts + ([result.note] if result.note else []))
+
+        self.run_tensorfs_cold(f"tensorfs {workload} {view}/", workload, workload.lower(), body)
+
+    def run_quant_micro(self):
+        """micro_bench's quantization and cast cases: source bytes per second on one core."""
+        a = self.args
+        cmd = [a.micro_bench, "--benchmark_format=json", "--benchmark_filter=Quantize|Cast",
+               f"--benchmark_min_time={0.1 if a.quick else 0.5:g}"]
+        log("micro_bench: " + " ".join(cmd[1:]))
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            report = json.loads(proc.stdout)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            self.quant_error = f"micro_bench did not run: {e}"
+            return
+        rows = {b["name"]: b for b in report.get("benchmarks", []) if b.get("run_type", "iteration") == "iteration"}
+        self.quant = {}
+        for name in QUANT_CASES + sorted(n for n in rows if n not in QUANT_CASES):
+            b = rows.get(name)
+            if b is None or b.get("error_occurred") or not b.get("bytes_per_second"):
+                self.quant[name] = None if b is None else {"error": b.get("error_message", "no bytes_per_second")}
+                continue
+            self.quant[name] = {"bytes_per_second": b["bytes_per_second"], "cpu_time": b.get("cpu_time"),
+                                "real_time": b.get("real_time"), "time_unit": b.get("time_unit"),
+                                "iterations": b.get("iterations")}
+        if proc.returncode != 0:
+            self.quant_error = f"micro_bench exited with {proc.returncode}: {proc.stderr.strip()[-300:]}"
+
     # ------------------------------------------------------------------ peers
 
     def run_memfs(self, want_w4):
@@ -740,6 +882,8 @@ class Bench:
     def run(self):
         a = self.args
         self.detect_tensorfs()
+        if a.micro_bench:  # first, while no server or mount competes for the CPU
+            self.run_quant_micro()
         self.src, self.shards, self.model = self.generate(
             f"llama-{a.dtype}-{a.size_mib}mib-{a.shards}shards-{a.layers}l-v{a.vocab}",
             ["--layers", str(a.layers), "--vocab", str(a.vocab), "--size-mib", str(a.size_mib),
@@ -752,6 +896,8 @@ class Bench:
                  "--shards", str(a.w5_shards)])
             self.w5_prefix = os.path.basename(self.w5_src)
         self.checkpoint_bytes = sum(os.path.getsize(os.path.join(self.src, s)) for s in self.shards)
+        self.layers = layer_plan(self.src, self.shards)
+        self.tensor_bytes = sum(b for _, b, _ in self.layers)
         log(f"checkpoint gs://{BUCKET}/{self.prefix}: {len(self.shards)} shards, "
             f"{self.checkpoint_bytes / MiB:.0f} MiB ({self.model})")
         log("starting the GCS test server (first start hashes every object)")
@@ -768,6 +914,9 @@ class Bench:
             self.run_w3()
         if "W5" in w:
             self.run_w5("tensorfs")
+        for workload in LAYER_WORKLOADS:
+            if workload in w:
+                self.run_layers(workload)
         if "memfs" in a.peers:
             self.run_memfs("W4" in w)
         if "naive" in a.peers:
@@ -810,13 +959,15 @@ def fmt(value, spec, missing="-"):
 
 
 def table(results):
-    header = ["run", "seconds", "MB/s", "% link", "requests", "fetched/needed", "peak RSS MiB", "note"]
+    header = ["run", "seconds", "1st layer s", "MB/s", "% link", "requests", "fetched/needed", "peak RSS MiB",
+              "note"]
     rows = []
     for r in results:
         if r.error:
-            rows.append([r.name, "-", "-", "-", "-", "-", "-", "FAILED: " + r.error[:140]])
+            rows.append([r.name, "-", "-", "-", "-", "-", "-", "-", "FAILED: " + r.error[:140]])
             continue
-        rows.append([r.name, fmt(r.seconds, ".2f"), fmt(r.mbps, ".1f"),
+        rows.append([r.name, fmt(r.seconds, ".2f"), fmt(r.extra.get("first_layer_seconds"), ".2f"),
+                     fmt(r.mbps, ".1f"),
                      fmt(r.pct_link, ".0f") if r.system != "link" else "100",
                      fmt(r.requests, "d"), fmt(r.fetched_ratio, ".3f"),
                      fmt(None if r.peak_rss is None else r.peak_rss / MiB, ".0f"), r.note])
@@ -827,6 +978,26 @@ def table(results):
              for row in [header] + rows]
     lines.insert(1, "-" * max(len(l) for l in lines))
     return "\n".join(lines)
+
+
+def quant_section(bench):
+    """Lines on micro_bench's quantization cases next to the link rate."""
+    if bench.quant is None:
+        return [f"quantization throughput per core: not measured ({bench.quant_error or 'no --micro-bench'})"]
+    link = bench.total_rate
+    lines = [f"quantization throughput per core (micro_bench, source bytes/s on one core; link "
+             f"{bench.args.link_mbit:g} Mbit/s = {link / MB:.1f} MB/s):"]
+    for name, row in bench.quant.items():
+        if row is None:
+            lines.append(f"  {name:<24} missing")
+        elif "error" in row:
+            lines.append(f"  {name:<24} FAILED: {row['error']}")
+        else:
+            bps = row["bytes_per_second"]
+            lines.append(f"  {name:<24} {bps / MB:9.1f} MB/s  {bps / link:6.2f}x link")
+    if bench.quant_error:
+        lines.append(f"  ({bench.quant_error})")
+    return lines
 
 
 def evaluate(bench):
@@ -880,6 +1051,36 @@ def evaluate(bench):
     if ok(w4) and ok(ceiling):
         out.append(("W4 >= 80% of the in-memory FUSE ceiling", w4.mbps >= 0.8 * ceiling.mbps,
                     f"{w4.mbps:.0f} vs {ceiling.mbps:.0f} MB/s = {100 * w4.mbps / ceiling.mbps:.0f}%"))
+    for workload in LAYER_WORKLOADS:
+        r = find(res, "tensorfs", workload)
+        if not ok(r):
+            continue
+        out_note = "" if workload == "W6" else f"; out {r.extra.get('output_bytes', 0) / MB:.0f} MB"
+        out.append((f"{workload} >= 90% of the link limit (source bytes)", r.pct_link >= 90,
+                    f"{r.mbps:.1f} MB/s over {r.bytes_needed / MB:.0f} MB of source = {r.pct_link:.0f}% of "
+                    f"{bench.total_rate / MB:.1f} MB/s{out_note}{partial(r)}"))
+        first = r.extra.get("first_layer_seconds")
+        if first is not None:
+            limit = r.extra.get("first_layer_source_bytes", 0) / bench.total_rate + bench.rtt
+            out.append((f"{workload} time to first layer <= 2x its link limit", first <= 2 * limit,
+                        f"{first:.2f} s for {r.extra.get('first_layer_source_bytes', 0) / MB:.1f} MB of source "
+                        f"(link limit {limit:.2f} s, bound {2 * limit:.2f} s)"))
+        if r.fetched_ratio is not None:
+            out.append((f"{workload} bytes fetched <= 1.1 x bytes needed", r.fetched_ratio <= 1.1,
+                        f"{r.bytes_fetched / MiB:.1f} MiB fetched for {r.bytes_needed / MiB:.1f} MiB of source = "
+                        f"{r.fetched_ratio:.3f}x{partial(r)}"))
+    if bench.quant is not None:
+        measured = {n: q for n, q in bench.quant.items() if q is not None and "error" not in q}
+        missing = [n for n in QUANT_CASES if bench.quant.get(n) is None or "error" in bench.quant[n]]
+        label = "quantization throughput per core >= link rate"
+        if measured:
+            slowest = min(measured, key=lambda n: measured[n]["bytes_per_second"])
+            bps = measured[slowest]["bytes_per_second"]
+            out.append((label, bps >= bench.total_rate,
+                        f"slowest {slowest} {bps / MB:.1f} MB/s = {bps / bench.total_rate:.2f}x "
+                        f"{bench.total_rate / MB:.1f} MB/s" + (f"; missing: {', '.join(missing)}" if missing else "")))
+        else:
+            out.append((label, None, "no case measured" + (f"; missing: {', '.join(missing)}" if missing else "")))
     rss = [r for r in res if r.system == "tensorfs" and r.peak_rss is not None]
     if rss:
         top = max(rss, key=lambda r: r.peak_rss)
@@ -896,8 +1097,10 @@ def chart(bench, path):
 
     rows = [r for r in bench.results if r.mbps is not None and r.workload != "W5"]
     w5 = [r for r in bench.results if r.workload == "W5" and r.seconds is not None and not r.error]
-    fig, axes = plt.subplots(1, 3, figsize=(17, 0.42 * max(len(rows), 6) + 1.8),
-                             gridspec_kw={"width_ratios": [3, 2, 1.3]})
+    quant = [(n, q["bytes_per_second"] if q and "error" not in q else None) for n, q in (bench.quant or {}).items()]
+    panels = 4 if quant else 3
+    fig, axes = plt.subplots(1, panels, figsize=(17 + 4 * (panels - 3), 0.42 * max(len(rows), 6) + 1.8),
+                             gridspec_kw={"width_ratios": [3, 2, 1.3, 1.6][:panels]})
     colors = {"tensorfs": "#1f77b4", "memfs": "#2ca02c", "naive": "#7f7f7f", "staging": "#ff7f0e",
               "link": "#d62728"}
     labels = [r.name for r in rows]
@@ -911,11 +1114,15 @@ def chart(bench, path):
     for bar, r in zip(bars, rows):
         if not r.complete:
             bar.set_hatch("//")
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {r.mbps:.0f}", va="center", fontsize=8)
+        first = r.extra.get("first_layer_seconds")
+        text = f" {r.mbps:.0f}" + (f" (1st layer {first:.2f} s)" if first is not None else "")
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, text, va="center", fontsize=8)
     ax.axvline(bench.total_rate / MB, color=colors["link"], linestyle="--", linewidth=1)
     ax.set_yticks(y, labels, fontsize=9)
     ax.set_xscale("log")
-    ax.set_xlabel("MB/s (log scale; hatched: partial run)")
+    if rows:  # bars start left of the slowest, so that a narrow range still reads
+        ax.set_xlim(left=min(r.mbps for r in rows) / 3, right=max(r.mbps for r in rows) * 3)
+    ax.set_xlabel("MB/s (log scale; hatched: partial run; W6/W7 over source bytes)")
     ax.set_title(f"load rate, {bench.checkpoint_bytes / MiB:.0f} MiB in {len(bench.shards)} shards")
 
     ax = axes[1]
@@ -941,7 +1148,28 @@ def chart(bench, path):
             ax.text(i, r.seconds, f"{r.seconds:.2f} s\n{r.requests} req", ha="center", va="bottom", fontsize=8)
         ax.set_ylim(top=1.25 * max(r.seconds for r in w5))
         ax.set_ylabel("seconds")
+    else:
+        ax.text(0.5, 0.5, "not run", ha="center", va="center", transform=ax.transAxes, color="#7f7f7f")
+        ax.set_xticks([])
+        ax.set_yticks([])
     ax.set_title(f"W5: ls -l + headers, {bench.args.w5_shards} shards")
+    if quant:
+        ax = axes[3]
+        qy = list(range(len(quant)))[::-1]
+        link = bench.total_rate / MB
+        xs = [bps / MB for _, bps in quant if bps] + [link]
+        ax.set_xlim(min(xs) / 3, max(xs) * 3)
+        for yi, (name, bps) in zip(qy, quant):
+            if bps is None:
+                ax.text(min(xs) / 2.5, yi, " missing", va="center", fontsize=8, color="#7f7f7f")
+                continue
+            ax.barh(yi, bps / MB, color="#1f77b4" if bps >= bench.total_rate else "#d62728")
+            ax.text(bps / MB, yi, f" {bps / MB:.0f}", va="center", fontsize=8)
+        ax.axvline(link, color=colors["link"], linestyle="--", linewidth=1)
+        ax.set_yticks(qy, [n.removeprefix("BM_") for n, _ in quant], fontsize=8)
+        ax.set_xscale("log")
+        ax.set_xlabel("source MB/s, one core (log; dashed: link)")
+        ax.set_title("quantization per core vs link")
     a = bench.args
     fig.suptitle(f"tensorfs vs peers: link {a.link_mbit:g} Mbit/s total, {a.conn_mbit:g} Mbit/s per connection, "
                  f"{a.latency_ms:g} ms latency", fontsize=11)
@@ -958,6 +1186,8 @@ def parse_args(argv):
     p.add_argument("--tensorfs", required=True, help="the tensorfs binary")
     p.add_argument("--testdata", required=True, help="the tensorfs-testdata binary")
     p.add_argument("--memfs", help="the memfs_ceiling binary (needed for the memfs peer)")
+    p.add_argument("--micro-bench", help="the micro_bench binary: its quantization cases are run and compared "
+                                         "with the link rate")
     p.add_argument("--size-mib", type=int, help="checkpoint size (default 2048; 256 with --quick)")
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--layers", type=int, default=16, help="transformer blocks")
@@ -966,8 +1196,9 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W5", help="comma-separated subset of W1..W5")
-    p.add_argument("--peers", default="naive,staging,rclone,memfs", help="comma-separated subset, or 'none'")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7", help="comma-separated subset of W1..W7")
+    p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
+                                   "none when only W6/W7 run: the peers run W1 to W5)")
     p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
                    help=f"rclone mount settings to try: {', '.join(RCLONE_CONFIGS)}")
     p.add_argument("--deadline", type=float,
@@ -1000,10 +1231,12 @@ def parse_args(argv):
     a.conn_mbit = a.conn_mbit or a.link_mbit / 10
     a.warm_passes = max(1, a.warm_passes)
     a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
+    if a.peers is None:
+        a.peers = "none" if set(a.workloads) <= set(LAYER_WORKLOADS) else "naive,staging,rclone,memfs"
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
     for w in a.workloads:
-        if w not in ("W1", "W2", "W3", "W4", "W5"):
+        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7"):
             p.error(f"unknown workload {w}")
     for x in a.peers:
         if x not in ("naive", "staging", "rclone", "memfs"):
@@ -1013,7 +1246,8 @@ def parse_args(argv):
             p.error(f"unknown rclone config {x}")
     if "memfs" in a.peers and not a.memfs:
         p.error("the memfs peer needs --memfs PATH")
-    for path in (a.tensorfs, a.testdata) + ((a.memfs,) if a.memfs else ()):
+    for path in (a.tensorfs, a.testdata) + ((a.memfs,) if a.memfs else ()) + (
+            (a.micro_bench,) if a.micro_bench else ()):
         if not os.access(path, os.X_OK):
             p.error(f"{path} is not an executable")
     return a
@@ -1052,6 +1286,9 @@ def main(argv):
     print()
     print(table(bench.results))
     print()
+    if a.micro_bench or bench.quant is not None:
+        print("\n".join(quant_section(bench)))
+        print()
     print("targets:" if targets else "targets: none could be judged (see the failed runs)")
     for label, held, figures in targets:
         verdict = "held" if held else ("not judged" if held is None else "NOT held")
@@ -1070,6 +1307,8 @@ def main(argv):
                      "chunk_size_source": bench.chunk_source},
         "machine": {"cpus": os.cpu_count(), "kernel": platform.release(), "loadavg_end": os.getloadavg(),
                     "page_cache_dropped": bool(bench.can_drop)},
+        "layers": [{"file": n, "source_bytes": b, "tensors": t} for n, b, t in (bench.layers or [])],
+        "quantization": {"cases": bench.quant, "error": bench.quant_error, "link_bytes_per_s": bench.total_rate},
         "results": [r.to_json() for r in bench.results],
         "targets": [{"target": t, "held": h, "figures": f} for t, h, f in targets],
         "notes": bench.notes,

@@ -11,6 +11,17 @@
       The copies are dropped as soon as they are made, so the loader's own
       memory stays small.
 
+  loader.py layers FILE... [--source-bytes N,...] [--deadline S] [--start-at T]
+      AirLLM's forward pass over a splitted_model directory: the FILEs are the
+      per-layer files in forward order (embeddings, blocks, norm, head). First
+      checks that every layer's `<file>.done` marker exists (as AirLLM does
+      before it uses a split model), then for each layer loads the file the way
+      safetensors.torch.load_file does (mmap, header, every tensor copied out in
+      storage order), "computes" nothing and moves on. --source-bytes gives each
+      layer's bytes in the source checkpoint, reported as "source_bytes" (a
+      layer cut short counts its share by the bytes it loaded). The final line
+      has "layers": [{"file", "bytes", "tensors", "end"}] per layer loaded.
+
   loader.py headers DIR [--start-at T]
       `ls -l DIR`, then for every *.safetensors file in DIR: open it, read the
       8-byte length and the header JSON with read(), parse it.
@@ -105,6 +116,87 @@ def load(args):
           "start": started, "end": time.monotonic()})
 
 
+def load_file_copy(path, go_on, copied):
+    """safetensors.torch.load_file's I/O: mmap, parse the header, copy every
+    tensor out (storage order, as load_file's offset_keys() gives). go_on() is
+    asked before each tensor (False: stop there); copied(nbytes) is told after
+    each copy. Returns (bytes loaded, header included; tensors copied; whether
+    every tensor was copied)."""
+    loaded = 0
+    tensors = 0
+    whole = True
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapping:
+            (n,) = struct.unpack("<Q", mapping[:8])
+            header = json.loads(bytes(mapping[8:8 + n]))
+            data_start = 8 + n
+            loaded += data_start
+            view = np.frombuffer(mapping, dtype=np.uint8)
+            for begin, end in tensor_spans(header):
+                if not go_on():
+                    whole = False
+                    break
+                data = view[data_start + begin:data_start + end].copy()  # the loader's memcpy
+                del data
+                loaded += end - begin
+                tensors += 1
+                copied(end - begin)
+            del view
+    return loaded, tensors, whole
+
+
+def layers(args):
+    source = [int(x) for x in args.source_bytes.split(",")] if args.source_bytes else [0] * len(args.files)
+    if len(source) != len(args.files):
+        raise SystemExit("loader.py layers: --source-bytes needs one figure per file")
+    wait_until(args.start_at)
+    started = time.monotonic()
+    state = {"loaded": 0, "tensors": 0, "source": 0, "layer_loaded": 0, "layer_source": 0, "layer_size": 1}
+    done_layers = []
+    complete = True
+
+    def emit_state(final=False):
+        partial = round(state["layer_source"] * state["layer_loaded"] / max(state["layer_size"], 1))
+        obj = {"bytes": state["loaded"] + state["layer_loaded"], "tensors": state["tensors"],
+               "files": len(done_layers), "source_bytes": state["source"] + partial, "start": started,
+               "first_layer_end": done_layers[0]["end"] if done_layers else None, "end": time.monotonic()}
+        if final:
+            obj.update(complete=complete, layers=done_layers)
+        else:
+            obj["progress"] = True
+        emit(obj)
+
+    def go_on():
+        return args.deadline is None or time.monotonic() - started <= args.deadline
+
+    def copied(nbytes):
+        state["tensors"] += 1
+        state["layer_loaded"] += nbytes
+        emit_state()
+
+    missing = [p for p in args.files if not os.path.exists(p + ".done")]
+    if missing:
+        raise SystemExit(f"loader.py layers: no marker {missing[0]}.done")
+    for path, layer_source in zip(args.files, source):
+        if not go_on():
+            complete = False
+            break
+        size = os.path.getsize(path)
+        state.update(layer_loaded=0, layer_source=layer_source, layer_size=size)
+        loaded, tensors, whole = load_file_copy(path, go_on, copied)
+        state.update(layer_loaded=0, layer_source=0)
+        state["loaded"] += loaded
+        state["source"] += layer_source if whole else round(layer_source * loaded / max(size, 1))
+        done_layers.append({"file": os.path.basename(path), "bytes": loaded, "tensors": tensors,
+                            "whole": whole, "end": time.monotonic()})
+        emit_state()
+        if not whole:
+            complete = False
+            break
+    emit_state(final=True)
+
+
 def headers(args):
     wait_until(args.start_at)
     started = time.monotonic()
@@ -137,12 +229,19 @@ def main():
     p.add_argument("--deadline", type=float)
     p.add_argument("--max-tensors", type=int)
     p.add_argument("--start-at", type=float)
+    p = sub.add_parser("layers")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--source-bytes", help="comma-separated source bytes of each layer")
+    p.add_argument("--deadline", type=float)
+    p.add_argument("--start-at", type=float)
     p = sub.add_parser("headers")
     p.add_argument("dir")
     p.add_argument("--start-at", type=float)
     args = parser.parse_args()
     if args.mode == "load":
         load(args)
+    elif args.mode == "layers":
+        layers(args)
     else:
         headers(args)
     return 0

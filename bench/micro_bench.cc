@@ -4,17 +4,28 @@
 // model with 111 blocks (1002 tensors, a ~100 KiB header), as a large real
 // checkpoint's shard has.
 //
+// And the per-byte work of the transformed views: quantizing (NF4, 8-bit
+// blockwise, int8 rows) and casting. Each decodes source bytes into a float
+// scratch buffer a chunk at a time and transforms it, as a read does;
+// bytes_per_second counts SOURCE bytes, so it reads as source throughput on
+// one core.
+//
 //   micro_bench [--benchmark_filter=...] [--benchmark_min_time=...]
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "core/safetensors/header.h"
 #include "core/safetensors/layers.h"
+#include "core/views/quantize.h"
 #include "tests/support/checkpoint_gen.h"
 
 namespace tensorfs {
@@ -81,6 +92,126 @@ void BM_GroupLayers(benchmark::State& state) {
   state.counters["tensors"] = static_cast<double>(in.tensor_names.size());
 }
 BENCHMARK(BM_GroupLayers)->Arg(0)->Arg(1)->ArgName("override_regex")->Unit(benchmark::kMicrosecond);
+
+
+// ---- View transforms ----
+
+constexpr size_t kQuantElements = size_t{16} << 20;  // 16 Mi elements
+constexpr size_t kChunkElements = size_t{64} << 10;  // decoded per step: 256 KiB of floats
+
+// kQuantElements normally distributed weights (std 0.02, like a layer's), as
+// little-endian `dtype` (BF16 or F32) bytes.
+const std::vector<std::byte>& SourceBytes(Dtype dtype) {
+  auto make = [](Dtype d) {
+    std::mt19937 rng(42);
+    std::normal_distribution<float> dist(0.0f, 0.02f);
+    const size_t size = d == Dtype::F32 ? 4 : 2;
+    std::vector<std::byte> bytes(kQuantElements * size);
+    for (size_t i = 0; i < kQuantElements; ++i) {
+      const float v = dist(rng);
+      if (d == Dtype::F32) {
+        std::memcpy(&bytes[i * 4], &v, 4);
+      } else {
+        const uint16_t h = quant::FloatToBf16(v);
+        std::memcpy(&bytes[i * 2], &h, 2);
+      }
+    }
+    return bytes;
+  };
+  static const std::vector<std::byte> bf16 = make(Dtype::BF16);
+  static const std::vector<std::byte> f32 = make(Dtype::F32);
+  return dtype == Dtype::F32 ? f32 : bf16;
+}
+
+// Runs `transform(floats, first_element)` over the source a chunk at a time.
+template <typename Transform>
+void ForEachChunk(Dtype dtype, std::vector<float>& scratch, Transform&& transform) {
+  const std::vector<std::byte>& src = SourceBytes(dtype);
+  const size_t size = dtype == Dtype::F32 ? 4 : 2;
+  for (size_t begin = 0; begin < kQuantElements; begin += kChunkElements) {
+    const size_t n = std::min(kChunkElements, kQuantElements - begin);
+    std::span<float> floats(scratch.data(), n);
+    quant::DecodeFloats(dtype, std::span(src).subspan(begin * size, n * size), floats);
+    transform(std::span<const float>(floats), begin);
+  }
+}
+
+void SetSourceBytes(benchmark::State& state, Dtype dtype) {
+  const int64_t size = dtype == Dtype::F32 ? 4 : 2;
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kQuantElements) * size);
+}
+
+void BM_QuantizeNf4(benchmark::State& state) {
+  SourceBytes(Dtype::BF16);  // made once, outside the timing
+  std::vector<float> scratch(kChunkElements);
+  std::vector<uint8_t> packed(kQuantElements / 2);
+  std::vector<float> absmax(kQuantElements / quant::kNf4BlockSize);
+  for (auto _ : state) {
+    ForEachChunk(Dtype::BF16, scratch, [&](std::span<const float> x, size_t begin) {
+      quant::QuantizeNf4(x, quant::kNf4BlockSize, std::span(packed).subspan(begin / 2, x.size() / 2),
+                         std::span(absmax).subspan(begin / quant::kNf4BlockSize,
+                                                   x.size() / quant::kNf4BlockSize));
+    });
+    benchmark::DoNotOptimize(packed.data());
+  }
+  SetSourceBytes(state, Dtype::BF16);
+}
+BENCHMARK(BM_QuantizeNf4)->Unit(benchmark::kMillisecond);
+
+void BM_QuantizeBlockwise8(benchmark::State& state) {
+  SourceBytes(Dtype::BF16);
+  std::vector<float> scratch(kChunkElements);
+  std::vector<uint8_t> codes(kQuantElements);
+  std::vector<float> absmax(kQuantElements / quant::kBlockwise8BlockSize);
+  for (auto _ : state) {
+    ForEachChunk(Dtype::BF16, scratch, [&](std::span<const float> x, size_t begin) {
+      quant::QuantizeBlockwise8(x, quant::kBlockwise8BlockSize, std::span(codes).subspan(begin, x.size()),
+                                std::span(absmax).subspan(begin / quant::kBlockwise8BlockSize,
+                                                          x.size() / quant::kBlockwise8BlockSize));
+    });
+    benchmark::DoNotOptimize(codes.data());
+  }
+  SetSourceBytes(state, Dtype::BF16);
+}
+BENCHMARK(BM_QuantizeBlockwise8)->Unit(benchmark::kMillisecond);
+
+// Rows of 4096 elements, a Llama-7B hidden size.
+void BM_QuantizeRowInt8(benchmark::State& state) {
+  constexpr size_t kRow = 4096;
+  SourceBytes(Dtype::BF16);
+  std::vector<float> scratch(kChunkElements);
+  std::vector<int8_t> out(kQuantElements);
+  std::vector<float> scb(kQuantElements / kRow);
+  for (auto _ : state) {
+    ForEachChunk(Dtype::BF16, scratch, [&](std::span<const float> x, size_t begin) {
+      for (size_t r = 0; r < x.size(); r += kRow) {
+        scb[(begin + r) / kRow] = quant::QuantizeRowInt8(x.subspan(r, kRow), std::span(out).subspan(begin + r, kRow));
+      }
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  SetSourceBytes(state, Dtype::BF16);
+}
+BENCHMARK(BM_QuantizeRowInt8)->Unit(benchmark::kMillisecond);
+
+// Casts to `to` (BF16 or F16), as @bf16/ and @f16/ serve F32 tensors.
+void BM_CastF32ToHalf(benchmark::State& state, Dtype to) {
+  SourceBytes(Dtype::F32);
+  std::vector<float> scratch(kChunkElements);
+  std::vector<std::byte> out(kQuantElements * 2);
+  for (auto _ : state) {
+    ForEachChunk(Dtype::F32, scratch, [&](std::span<const float> x, size_t begin) {
+      quant::EncodeHalf(to, x, std::span(out).subspan(begin * 2, x.size() * 2));
+    });
+    benchmark::DoNotOptimize(out.data());
+  }
+  SetSourceBytes(state, Dtype::F32);
+}
+void BM_CastF32ToBf16(benchmark::State& state) { BM_CastF32ToHalf(state, Dtype::BF16); }
+void BM_CastF32ToF16(benchmark::State& state) { BM_CastF32ToHalf(state, Dtype::F16); }
+BENCHMARK(BM_CastF32ToBf16)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CastF32ToF16)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tensorfs

@@ -68,7 +68,12 @@ int RunMount(const MountOptions& options) {
   if (!store.ok()) return fail(store.status());
   Metrics metrics;
   ReadEngine engine(**store, options.engine, metrics);
-  Namespace ns(**store, engine);
+  StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
+  if (!grouper.ok()) return fail(grouper.status());
+  Namespace ns(**store, engine,
+               ViewOptions{.kinds = options.views,
+                           .grouper = std::make_shared<const LayerGrouper>(std::move(*grouper)),
+                           .prefetch_window = options.engine.prefetch_window});
   if (Status s = ns.CheckReachable(); !s.ok()) return fail(s);
   StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);
   if (!server.ok()) return fail(server.status());

@@ -3,7 +3,8 @@
 # 4-shard Llama-shaped checkpoint, serves it from the project's GCS-compatible
 # test server on 127.0.0.1, mounts gs://demo-bucket/llama-demo through the GCS
 # backend, lists it, loads every tensor through the mount by mmap (checking the
-# bytes against the source), and unmounts. Run as root on Debian 12.
+# bytes against the source), reads the per-layer and quantized views (checking
+# them against a numpy reference), and unmounts. Run as root on Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -47,6 +48,11 @@ echo "== tensorfs inspect $mnt/llama-demo (first lines)"
 "$tensorfs" inspect "$mnt/llama-demo" | head -n 25
 echo "== loading every tensor through the mount by mmap"
 /usr/bin/python3 tests/support/mmap_loader.py "$mnt/llama-demo" --compare "$src/llama-demo"
+echo "== virtual views: ls -l $mnt/llama-demo/splitted_model.4bit (first lines)"
+ls -l "$mnt/llama-demo/splitted_model.4bit" | head -n 7
+echo "== checking the per-layer, NF4 and bitsandbytes views against a numpy reference"
+/usr/bin/python3 tests/support/check_views.py --mount "$mnt/llama-demo" --source "$src/llama-demo" \
+  --views splitted_model,splitted_model.4bit,@bnb-nf4
 echo "== unmounting"
 fusermount3 -u "$mnt"
-echo "demo finished: every tensor read through tensorfs matched the source"
+echo "demo finished: every tensor read through tensorfs matched the source, and the views their reference"

@@ -54,6 +54,7 @@ struct ReadEngine::ReadOp {
   std::atomic<bool> failed{false};
   Status error;  // written once, by the waiter that sets `failed`
   ReadDone done;
+  ReadHints hints;
 };
 
 ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics)
@@ -261,12 +262,13 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
   }
 }
 
-void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done) {
+void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done, ReadHints hints) {
   if (offset >= object.size || size == 0) return done(ReadResult{});
   auto op = std::make_shared<ReadOp>();
   op->object = object.id();
   op->range = ByteRange{offset, std::min<uint64_t>(size, object.size - offset)};
   op->done = std::move(done);
+  op->hints = hints;
   {
     MutexLock lock(mu_);
     ObjectState& state = StateOf(object);
@@ -275,7 +277,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       state.plan_waiters.push_back([this, object, op](const Status& status) {
         if (!status.ok()) return op->done(status);
         metrics_.cache_misses.fetch_sub(1, std::memory_order_relaxed);  // counted once, as a miss, above
-        Read(object, op->range.offset, op->range.length, std::move(op->done));
+        Read(object, op->range.offset, op->range.length, std::move(op->done), op->hints);
       });
       StartHead(state, /*prefetch=*/false);
       return;
@@ -318,10 +320,66 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         if (op->pending.fetch_sub(1) == 1) FinishRead(op);
       });
     }
-    UpdateStreams(state, first, last, op->range.end());
+    if (op->hints.prefetch) UpdateStreams(state, first, last, op->range.end());
     if (op->pending.load() != 0) return;  // the last arriving chunk finishes it
   }
   FinishRead(op);
+}
+
+void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range) {
+  if (range.length == 0 || range.offset >= object.size) return;
+  MutexLock lock(mu_);
+  if (stopping_) return;
+  ObjectState& state = StateOf(object);
+  if (state.plan == nullptr) {
+    state.pending_prefetch.push_back(range);
+    StartHead(state, /*prefetch=*/true);
+    return;
+  }
+  PrefetchRange(state, range);
+}
+
+void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range) {
+  const ChunkPlan& plan = *state.plan;
+  const uint64_t end = std::min(range.end(), state.info.size);
+  if (range.offset >= end) return;
+  for (size_t i = plan.ChunkAt(range.offset), last = plan.ChunkAt(end - 1); i <= last; ++i) {
+    if (!Request(state, i, /*prefetch=*/true)) return;
+  }
+}
+
+void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) {
+  std::shared_ptr<const Chunk> cached;
+  {
+    MutexLock lock(mu_);
+    if (stopping_) return done(UnavailableError("tensorfs is unmounting"));
+    ChunkCache::Entry* entry = cache_.Find(key);
+    if (entry != nullptr && entry->chunk != nullptr) {
+      cache_.Touch(key);
+      metrics_.cache_hits.fetch_add(1, std::memory_order_relaxed);
+      cached = entry->chunk;
+    } else {
+      metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
+      if (entry != nullptr) {  // being computed: wait for it
+        entry->waiters.push_back(std::move(done));
+        return;
+      }
+      cache_.Reserve(size, /*evict_unconsumed=*/true);
+      cache_.InsertLoading(key, ByteRange{0, size}, /*prefetched=*/false).waiters.push_back(std::move(done));
+    }
+  }
+  if (cached != nullptr) return done(cached);
+  derive([this, key](StatusOr<std::shared_ptr<Chunk>> chunk) {
+    std::vector<ChunkWaiter> waiters;
+    {
+      MutexLock lock(mu_);
+      waiters = chunk.ok() ? cache_.Publish(key, *chunk) : cache_.Fail(key);
+    }
+    const StatusOr<std::shared_ptr<const Chunk>> result =
+        chunk.ok() ? StatusOr<std::shared_ptr<const Chunk>>(std::shared_ptr<const Chunk>(*chunk))
+                   : StatusOr<std::shared_ptr<const Chunk>>(chunk.status());
+    for (auto& w : waiters) w(result);
+  });
 }
 
 void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
@@ -334,12 +392,14 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
     parts.push_back(ByteRange{begin, end - begin});
     result.pieces.push_back(chunk->Slice(parts.back()));
   }
-  {
+  if (op->hints.delivered) {
     MutexLock lock(mu_);
     for (size_t i = 0; i < parts.size(); ++i) cache_.MarkDelivered(ChunkKey{op->object, op->first + i}, parts[i]);
   }
-  metrics_.read_requests.fetch_add(1, std::memory_order_relaxed);
-  metrics_.bytes_served.fetch_add(op->range.length, std::memory_order_relaxed);
+  if (op->hints.prefetch) {  // a kernel read; views count their own reads
+    metrics_.read_requests.fetch_add(1, std::memory_order_relaxed);
+    metrics_.bytes_served.fetch_add(op->range.length, std::memory_order_relaxed);
+  }
   result.owner = std::make_shared<std::vector<std::shared_ptr<const Chunk>>>(std::move(op->chunks));
   op->done(std::move(result));
 }
@@ -445,6 +505,10 @@ void ReadEngine::RunJob(const Job& job) {
         }
         if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
         state.continue_bytes = 0;
+        if (!stopping_) {
+          for (const ByteRange& range : state.pending_prefetch) PrefetchRange(state, range);
+        }
+        state.pending_prefetch.clear();
       } else {
         state.head_requested = false;  // the next read tries again
       }

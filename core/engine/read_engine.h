@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -54,6 +55,21 @@ struct EngineOptions {
   Status Validate() const;
 };
 
+// How a read takes part in prefetching. The kernel's reads of a plain file use
+// the defaults: they drive the stream prefetch and count as served. Reads made
+// on behalf of a view file (which prefetches the ranges it needs itself and
+// counts its own reads) set `prefetch` false; when the bytes are the input of a
+// computation rather than handed to the kernel, `delivered` is false too, so
+// the chunk is not marked consumed (which would make it the first to evict).
+struct ReadHints {
+  bool prefetch = true;
+  bool delivered = true;
+};
+
+// Computes a derived chunk (see ReadDerived) and hands it to `publish`, on any
+// thread, exactly once.
+using DeriveFn = std::function<void(std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish)>;
+
 class ReadEngine {
  public:
   // `store` and `metrics` must outlive the engine.
@@ -63,7 +79,19 @@ class ReadEngine {
 
   // Reads up to `size` bytes at `offset` of `object` (fewer at its end, none past
   // it) and calls `done` exactly once, on any thread, maybe before returning.
-  void Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done) EXCLUDES(mu_);
+  void Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done,
+            ReadHints hints = {}) EXCLUDES(mu_);
+
+  // Starts fetching, at prefetch priority, the chunks of `object` that cover
+  // `range` and are not cached yet (as far as the cache has room).
+  void Prefetch(const ObjectInfo& object, ByteRange range) EXCLUDES(mu_);
+
+  // A chunk computed from other bytes (a view's quantized tensor, say), kept in
+  // the same cache and budget as fetched chunks, with the same single-flight
+  // rule: the first caller's `derive` computes it, later callers wait for that.
+  // `key.object` must not name a stored object (views use a name no object
+  // can have). `done` is called exactly once, on any thread.
+  void ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) EXCLUDES(mu_);
 
   // Starts fetching the head (header and start of data) of `object`, so that a
   // loader opening many shards finds their headers in memory.
@@ -102,6 +130,7 @@ class ReadEngine {
     int sweep_in_flight = 0;
     std::optional<ObjectInfo> successor;  // see SetReadOrder
     uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
+    std::vector<ByteRange> pending_prefetch;  // Prefetch() calls made before the plan was known
   };
   struct Job {
     ChunkKey key;
@@ -118,6 +147,7 @@ class ReadEngine {
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
   // the prefetches it calls for.
+  void PrefetchRange(ObjectState& state, ByteRange range) REQUIRES(mu_);
   void UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader

@@ -89,6 +89,14 @@ const std::array kOptions = {
                  o.layer_regex = std::string(v);
                  return OkStatus();
                }},
+    OptionSpec{"views", "LIST",
+               "virtual views shown in each checkpoint directory: all, none, or names joined by ':' from "
+               "tensors, splitted_model, splitted_model.4bit, splitted_model.8bit, bnb-nf4, bnb-int8, bf16, "
+               "f16 (default all)",
+               [](MountOptions& o, std::string_view v) {
+                 ASSIGN_OR_RETURN(o.views, ParseViewList(v));
+                 return OkStatus();
+               }},
     OptionSpec{"cache_size", "SIZE",
                "memory for cached chunks, e.g. 4G; the whole mount stays within it plus ~128 MiB "
                "(default 2G)",

@@ -13,8 +13,10 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/engine/read_engine.h"
+#include "core/views/views.h"
 #include "core/util/status.h"
 
 namespace tensorfs {
@@ -30,6 +32,7 @@ struct MountOptions {
   double attr_timeout_s = 3600;   // kernel attribute cache lifetime
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
+  std::vector<ViewKind> views{kAllViews.begin(), kAllViews.end()};  // shown in checkpoint directories
   EngineOptions engine;           // chunk size, cache size, parallelism, prefetch
   std::string log_level = "info";
   int prometheus_port = 0;  // serve GET /metrics on 127.0.0.1:port; 0: off

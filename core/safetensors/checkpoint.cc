@@ -231,13 +231,17 @@ Status CheckpointScan::FirstError() const {
 
 StatusOr<CheckpointScan> ScanCheckpoint(ObjectStore& store, std::string_view dir_prefix) {
   const std::string prefix = NormalizePrefix(dir_prefix);
-  const std::string location = Location(store, prefix);
   StatusOr<Listing> listing = store.List(prefix, "/");
-  if (!listing.ok()) return listing.status().WithContext("listing " + location);
+  if (!listing.ok()) return listing.status().WithContext("listing " + Location(store, prefix));
+  return ScanListing(store, prefix, *listing);
+}
 
+CheckpointScan ScanListing(ObjectStore& store, std::string_view dir_prefix, const Listing& listing) {
+  const std::string prefix = NormalizePrefix(dir_prefix);
+  const std::string location = Location(store, prefix);
   std::vector<ObjectInfo> shard_objects;
   std::vector<ObjectInfo> index_objects;
-  for (const ObjectInfo& o : listing->objects) {
+  for (const ObjectInfo& o : listing.objects) {
     if (IsSafetensorsFileName(o.name)) shard_objects.push_back(o);
     if (IsIndexFileName(o.name)) index_objects.push_back(o);
   }

@@ -162,6 +162,9 @@ struct CheckpointScan {
 // directory without *.safetensors files gives an empty scan.
 StatusOr<CheckpointScan> ScanCheckpoint(ObjectStore& store, std::string_view dir_prefix);
 
+// The same for a directory already listed (`listing` is its one-level listing).
+CheckpointScan ScanListing(ObjectStore& store, std::string_view dir_prefix, const Listing& listing);
+
 }  // namespace tensorfs
 
 #endif  // TENSORFS_CORE_SAFETENSORS_CHECKPOINT_H_

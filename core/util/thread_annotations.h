@@ -3,9 +3,11 @@
 //
 // LOCK ORDERING (the one place it is written down): a thread holding a lock may
 // take only locks listed below it.
-//   1. vfs::Namespace::mu_
-//   2. store locks (LocalStore has none; GcsStore token and handle-pool locks)
-//   3. leaf locks: logging rate limiters, stats counters
+//   1. vfs::Namespace::mu_ (not held across engine or store calls)
+//   2. views::ViewReader::prefetch_mu_
+//   3. engine::ReadEngine::mu_ (not held across store I/O or while calling back)
+//   4. store locks (LocalStore has none; GcsStore token and handle-pool locks)
+//   5. leaf locks: logging rate limiters, stats counters
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 

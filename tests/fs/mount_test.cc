@@ -59,7 +59,8 @@ class MountTest : public ::testing::Test {
   }
   void SetUp() override {
     std::string error;
-    mount_ = TensorfsMount::Start(source_->path(), {}, &error);
+    // The plain files only: the views have their own tests (views_mount_test).
+    mount_ = TensorfsMount::Start(source_->path(), {"-o", "views=none"}, &error);
     ASSERT_NE(mount_, nullptr) << error;
   }
   std::string Src(const std::string& rel) const { return source_->path() + "/" + rel; }

@@ -81,7 +81,11 @@ def main():
     total_tensors = 0
     total_bytes = 0
     started = time.monotonic()
-    for root, _, files in sorted(os.walk(args.dir)):
+    for root, dirs, files in os.walk(args.dir):
+        if args.compare:  # only what the source has: not the virtual views
+            rel_root = os.path.relpath(root, args.dir)
+            dirs[:] = [d for d in dirs if os.path.isdir(os.path.join(args.compare, rel_root, d))]
+        dirs.sort()
         for name in sorted(files):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, args.dir)

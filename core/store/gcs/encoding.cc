@@ -128,7 +128,7 @@ StatusOr<int64_t> ParseRfc3339Nanos(std::string_view text) {
                                 "' is not RFC 3339 (expected like 2024-05-01T12:34:56.789Z)");
   };
   size_t pos = 0;
-  int year, month, day, hour, minute, second;
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
   if (!ReadDigits(text, pos, 4, year) || !Expect(text, pos, '-') || !ReadDigits(text, pos, 2, month) ||
       !Expect(text, pos, '-') || !ReadDigits(text, pos, 2, day) || !Expect(text, pos, 't') ||
       !ReadDigits(text, pos, 2, hour) || !Expect(text, pos, ':') || !ReadDigits(text, pos, 2, minute) ||

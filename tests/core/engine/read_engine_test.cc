@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <random>
 #include <thread>
@@ -343,6 +344,84 @@ TEST(EngineOptionsTest, CacheTooSmallForTheFetchesSaysWhatToChange) {
   Status s = options.Validate();
   EXPECT_THAT(s.message(), HasSubstr("raise cache_size"));
   EXPECT_TRUE(EngineOptions{}.Validate().ok());
+}
+
+
+TEST_F(ReadEngineTest, PrefetchFetchesExactlyTheChunksOfTheRange) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // the plan
+  WaitIdle(store);
+  auto plan = engine.PlanOf(shard_.id());
+  const size_t before = store.reads().size();
+  const uint64_t prefetches = metrics_.prefetches.load();
+  const ByteRange chunk = plan->Chunk(plan->size() - 2);
+  engine.Prefetch(shard_, ByteRange{chunk.offset + 10, 100});
+  WaitIdle(store);
+  ASSERT_EQ(store.reads().size(), before + 1);
+  EXPECT_EQ(store.reads().back().offset, chunk.offset);
+  EXPECT_EQ(store.reads().back().length, chunk.length);
+  EXPECT_EQ(metrics_.prefetches.load(), prefetches + 1);
+}
+
+TEST_F(ReadEngineTest, ReadWithoutPrefetchHintFetchesOnlyWhatItNeeds) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  ReadHints exact{.prefetch = false, .delivered = false};
+  for (uint64_t off = 0; off < 600000; off += 4096) {
+    std::promise<StatusOr<ReadResult>> done;
+    engine.Read(shard_, off, 4096, [&](StatusOr<ReadResult> r) { done.set_value(std::move(r)); }, exact);
+    ASSERT_TRUE(done.get_future().get().ok());
+  }
+  WaitIdle(store);
+  uint64_t fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.length;
+  EXPECT_LE(fetched, 600000u + (64u << 10));
+  EXPECT_EQ(metrics_.prefetches.load(), 0u);
+}
+
+TEST_F(ReadEngineTest, DerivedChunkIsComputedOnceForConcurrentReaders) {
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  const ChunkKey key{ObjectId{"\nderived", Generation{1}}, 7};
+  std::atomic<int> computed{0};
+  std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish;
+  DeriveFn derive = [&](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> p) {
+    ++computed;
+    publish = std::move(p);  // completed below, after every reader waits
+  };
+  std::vector<std::promise<std::string>> got(4);
+  for (auto& promise : got) {
+    engine.ReadDerived(key, 5, derive, [&promise](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
+      promise.set_value(chunk.ok() ? std::string(reinterpret_cast<const char*>((*chunk)->bytes().data()), 5) : "error");
+    });
+  }
+  EXPECT_EQ(computed.load(), 1);
+  auto chunk = std::make_shared<Chunk>(ByteRange{0, 5});
+  std::memcpy(chunk->writable().data(), "hello", 5);
+  publish(chunk);
+  for (auto& promise : got) EXPECT_EQ(promise.get_future().get(), "hello");
+  // Cached now.
+  std::promise<bool> again;
+  engine.ReadDerived(key, 5, derive, [&](const StatusOr<std::shared_ptr<const Chunk>>& c) { again.set_value(c.ok()); });
+  EXPECT_TRUE(again.get_future().get());
+  EXPECT_EQ(computed.load(), 1);
+}
+
+TEST_F(ReadEngineTest, FailedDerivedChunkIsReportedAndComputedAgainNextTime) {
+  ReadEngine engine(memory_, SmallOptions(), metrics_);
+  const ChunkKey key{ObjectId{"\nderived", Generation{1}}, 0};
+  int computed = 0;
+  DeriveFn failing = [&](auto publish) {
+    ++computed;
+    publish(UnavailableError("source unreachable"));
+  };
+  std::promise<Status> first;
+  engine.ReadDerived(key, 5, failing, [&](const StatusOr<std::shared_ptr<const Chunk>>& c) { first.set_value(c.status()); });
+  EXPECT_THAT(first.get_future().get().message(), HasSubstr("source unreachable"));
+  std::promise<Status> second;
+  engine.ReadDerived(key, 5, failing, [&](const StatusOr<std::shared_ptr<const Chunk>>& c) { second.set_value(c.status()); });
+  EXPECT_FALSE(second.get_future().get().ok());
+  EXPECT_EQ(computed, 2);
 }
 
 }  // namespace

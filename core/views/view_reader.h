@@ -1,0 +1,58 @@
+// ViewReader: serves reads of view files (view_file.h) from the ReadEngine.
+//
+//   Read(file, offset, size)
+//     -> the extents the range overlaps
+//        header bytes: a slice of the file's own string
+//        a source range: ReadEngine::Read of exactly that range, without the
+//          engine's stream prefetch (the reader prefetches for the view)
+//        a transform part: the segments it overlaps, each a derived chunk
+//          (ReadEngine::ReadDerived) computed from its source range on the
+//          thread that delivered the source bytes, then cached
+//     -> done(pieces) once all are in, in file order.
+//   Prefetch: a reader past a file's header gets the sources of the next
+//   prefetch_window bytes of the file requested ahead of it. When the file
+//   before this one in its directory's order was read too (a loader going
+//   through the layers one after another), the window runs on into the
+//   following files; a file read on its own fetches only its own sources.
+//
+// Thread-safety: all methods may be called concurrently. prefetch_mu_ is taken
+// before the engine's mutex (see core/util/thread_annotations.h).
+#ifndef TENSORFS_CORE_VIEWS_VIEW_READER_H_
+#define TENSORFS_CORE_VIEWS_VIEW_READER_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "core/engine/read_engine.h"
+#include "core/engine/read_result.h"
+#include "core/util/thread_annotations.h"
+#include "core/views/view_file.h"
+
+namespace tensorfs {
+
+class ViewReader {
+ public:
+  // `engine` must outlive the reader.
+  ViewReader(ReadEngine& engine, uint64_t prefetch_window) : engine_(engine), window_(prefetch_window) {}
+
+  // Reads up to `size` bytes at `offset` of `file` (fewer at its end) and calls
+  // `done` exactly once, on any thread, maybe before returning.
+  void Read(std::shared_ptr<const ViewFile> file, uint64_t offset, size_t size, ReadDone done) EXCLUDES(prefetch_mu_);
+
+ private:
+  struct Gather;
+  void ReadTransform(const std::shared_ptr<Gather>& gather, const Extent& extent, uint64_t begin, uint64_t end);
+  void MaybePrefetch(const ViewFile& file, uint64_t read_end) EXCLUDES(prefetch_mu_);
+  // Requests the sources of `file` from view offset `from` on, up to
+  // `source_budget` source bytes, which it lowers by what it requested;
+  // returns the view offset reached.
+  uint64_t PrefetchSources(const ViewFile& file, uint64_t from, uint64_t& source_budget) REQUIRES(prefetch_mu_);
+
+  ReadEngine& engine_;
+  const uint64_t window_;
+  Mutex prefetch_mu_;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_VIEWS_VIEW_READER_H_

@@ -1,0 +1,350 @@
+// The views through the Namespace over an in-memory store: what appears,
+// exact sizes before data, bytes equal to their sources, what a read fetches,
+// and what a corrupt shard breaks.
+#include "core/views/views.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <future>
+
+#include "core/safetensors/header.h"
+#include "core/views/quantize.h"
+#include "core/vfs/namespace.h"
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/memory_store.h"
+
+namespace tensorfs {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::vector<std::string> Names(const std::vector<DirEntry>& entries) {
+  std::vector<std::string> names;
+  for (const auto& e : entries) names.push_back(e.name);
+  return names;
+}
+
+class ViewsTest : public ::testing::Test {
+ protected:
+  void Mount(std::vector<ViewKind> kinds = {kAllViews.begin(), kAllViews.end()}, uint64_t segment_bytes = 4 << 20) {
+    engine_ = std::make_unique<ReadEngine>(store_,
+                                           EngineOptions{.chunk_size = 64 << 10, .cache_size = 64 << 20,
+                                                         .max_fetches = 4, .prefetch_window = 1 << 20,
+                                                         .head_size = 128 << 10},
+                                           metrics_);
+    ns_ = std::make_unique<Namespace>(
+        store_, *engine_,
+        ViewOptions{.kinds = std::move(kinds),
+                    .grouper = std::make_shared<const LayerGrouper>(*LayerGrouper::Create("")),
+                    .prefetch_window = 1 << 20,
+                    .segment_bytes = segment_bytes});
+  }
+
+  testing::CheckpointPlan Put(const testing::ModelSpec& spec, int shards, std::string_view prefix = "m/") {
+    auto plan = testing::PutCheckpoint(store_, prefix, spec, testing::WriteOptions{.num_shards = shards});
+    TENSORFS_CHECK(plan.ok());
+    return *plan;
+  }
+
+  NodeId Path(std::string_view path) {
+    NodeId node = kRootNode;
+    while (!path.empty()) {
+      size_t slash = path.find('/');
+      auto attr = ns_->Lookup(node, path.substr(0, slash));
+      EXPECT_TRUE(attr.ok()) << path << ": " << attr.status().message();
+      if (!attr.ok()) return NodeId{0};
+      node = attr->id;
+      path = slash == std::string_view::npos ? "" : path.substr(slash + 1);
+    }
+    return node;
+  }
+
+  StatusOr<std::string> ReadAll(NodeId id) {
+    ASSIGN_OR_RETURN(NodeAttr attr, ns_->GetAttr(id));
+    std::string out;
+    for (uint64_t off = 0; off < attr.size; off += 128 << 10) {
+      std::promise<StatusOr<ReadResult>> result;
+      ns_->Read(id, off, 128 << 10, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
+      ASSIGN_OR_RETURN(ReadResult r, result.get_future().get());
+      for (auto p : r.pieces) out.append(reinterpret_cast<const char*>(p.data()), p.size());
+    }
+    if (out.size() != attr.size) return InternalError("read " + std::to_string(out.size()) + " bytes");
+    return out;
+  }
+
+  // Tensor name -> bytes of a view file, after checking it is valid.
+  std::map<std::string, std::pair<TensorInfo, std::string>> Tensors(std::string_view path) {
+    StatusOr<std::string> bytes = ReadAll(Path(path));
+    EXPECT_TRUE(bytes.ok()) << path << ": " << bytes.status().message();
+    if (!bytes.ok()) return {};
+    StatusOr<SafetensorsHeader> header = ParseSafetensorsFile(path, std::as_bytes(std::span(*bytes)));
+    EXPECT_TRUE(header.ok()) << header.status().message();
+    if (!header.ok()) return {};
+    EXPECT_EQ(header->metadata, (std::map<std::string, std::string>{{"format", "pt"}}));
+    std::map<std::string, std::pair<TensorInfo, std::string>> out;
+    for (const TensorInfo& t : header->tensors) {
+      out[t.name] = {t, bytes->substr(header->data_start() + t.begin, t.size())};
+    }
+    return out;
+  }
+
+  testing::MemoryStore store_;
+  Metrics metrics_;
+  std::unique_ptr<ReadEngine> engine_;
+  std::unique_ptr<Namespace> ns_;
+};
+
+TEST_F(ViewsTest, CheckpointDirectoryShowsEveryView) {
+  Put({}, 2);
+  store_.Put("notes/readme.txt", "no checkpoint here");
+  Mount();
+  auto entries = ns_->ReadDir(Path("m"));
+  ASSERT_TRUE(entries.ok());
+  for (ViewKind kind : kAllViews) EXPECT_THAT(Names(*entries), Contains(std::string(ViewDirName(kind))));
+  auto plain = ns_->ReadDir(Path("notes"));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_THAT(Names(*plain), ElementsAre("readme.txt"));
+}
+
+TEST_F(ViewsTest, ViewsOptionSelectsTheDirectories) {
+  Put({}, 1);
+  Mount({ViewKind::kSplit4bit});
+  auto entries = ns_->ReadDir(Path("m"));
+  ASSERT_TRUE(entries.ok());
+  EXPECT_THAT(Names(*entries), Contains("splitted_model.4bit"));
+  EXPECT_THAT(Names(*entries), Not(Contains("splitted_model")));
+  EXPECT_THAT(Names(*entries), Not(Contains("@tensors")));
+}
+
+TEST_F(ViewsTest, RealObjectWinsOverAView) {
+  Put({}, 1);
+  store_.Put("m/splitted_model/mine.safetensors.txt", "user data");
+  Mount();
+  auto entries = ns_->ReadDir(Path("m/splitted_model"));
+  ASSERT_TRUE(entries.ok());
+  EXPECT_THAT(Names(*entries), ElementsAre("mine.safetensors.txt"));
+}
+
+TEST_F(ViewsTest, SizesAreKnownBeforeAnyTensorDataIsFetched) {
+  testing::CheckpointPlan plan = Put({.hidden = 256, .intermediate = 1024}, 3);
+  Mount();
+  uint64_t files = 0;
+  for (ViewKind kind : kAllViews) {
+    std::string dir = "m/" + std::string(ViewDirName(kind));
+    auto entries = ns_->ReadDir(Path(dir));
+    ASSERT_TRUE(entries.ok());
+    for (const DirEntry& e : *entries) files += e.attr.size > 0;
+  }
+  EXPECT_GT(files, 50u);
+  // Only the shards' heads have been fetched.
+  EXPECT_LE(metrics_.bytes_fetched.load(), 3u * (128u << 10) + 4096);  // + config.json
+  EXPECT_LT(metrics_.bytes_fetched.load(), plan.total_size / 4);
+  for (ViewKind kind : kAllViews) {
+    std::string dir = "m/" + std::string(ViewDirName(kind));
+    auto entries = ns_->ReadDir(Path(dir));
+    ASSERT_TRUE(entries.ok());
+    for (const DirEntry& e : *entries) {
+      auto bytes = ReadAll(e.attr.id);
+      ASSERT_TRUE(bytes.ok()) << dir << "/" << e.name << ": " << bytes.status().message();
+      EXPECT_EQ(bytes->size(), e.attr.size) << dir << "/" << e.name;
+    }
+  }
+}
+
+TEST_F(ViewsTest, LayerFilesHoldTheirTensorsUnchangedInStorageOrder) {
+  testing::ModelSpec spec{.dtype = Dtype::BF16};
+  Put(spec, 3);
+  Mount();
+  auto entries = ns_->ReadDir(Path("m/splitted_model"));
+  ASSERT_TRUE(entries.ok());
+  EXPECT_THAT(Names(*entries),
+              ElementsAre("lm_head.safetensors", "lm_head.safetensors.done", "model.embed_tokens.safetensors",
+                          "model.embed_tokens.safetensors.done", "model.layers.0.safetensors",
+                          "model.layers.0.safetensors.done", "model.layers.1.safetensors",
+                          "model.layers.1.safetensors.done", "model.norm.safetensors",
+                          "model.norm.safetensors.done"));
+  size_t seen = 0;
+  for (const std::string layer : {"model.embed_tokens.", "model.layers.0.", "model.layers.1.", "model.norm.", "lm_head."}) {
+    for (const auto& [name, t] : Tensors("m/splitted_model/" + layer + "safetensors")) {
+      EXPECT_TRUE(name.starts_with(layer)) << name;
+      EXPECT_EQ(t.second, testing::ExpectedTensorBytes(name, t.first.dtype, t.first.size())) << name;
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, testing::ModelTensors(spec).size());
+}
+
+TEST_F(ViewsTest, TiedHeadHasNoLayerFile) {
+  Put({.arch = testing::Arch::kLlamaTied}, 2);
+  Mount();
+  auto entries = ns_->ReadDir(Path("m/splitted_model"));
+  ASSERT_TRUE(entries.ok());
+  EXPECT_THAT(Names(*entries), Not(Contains("lm_head.safetensors")));
+  EXPECT_THAT(Names(*entries), Contains("model.norm.safetensors.done"));
+}
+
+TEST_F(ViewsTest, PerTensorFilesAreSingleTensorCheckpoints) {
+  testing::ModelSpec spec{.dtype = Dtype::F16};
+  Put(spec, 2);
+  Mount();
+  for (const testing::TensorSpec& t : testing::ModelTensors(spec)) {
+    auto tensors = Tensors("m/@tensors/" + t.name + ".safetensors");
+    ASSERT_EQ(tensors.size(), 1u) << t.name;
+    EXPECT_EQ(tensors.begin()->second.first.shape, t.shape);
+    EXPECT_EQ(tensors.begin()->second.second, testing::ExpectedTensorBytes(t));
+  }
+}
+
+// Segments split a tensor's computation; the result must not depend on where.
+TEST_F(ViewsTest, QuantizedTensorsEqualOneWholeTensorComputation) {
+  testing::ModelSpec spec{.hidden = 96, .intermediate = 200, .dtype = Dtype::BF16};
+  Put(spec, 2);
+  Mount({kAllViews.begin(), kAllViews.end()}, /*segment_bytes=*/1000);  // many segments per tensor
+  const std::string name = "model.layers.1.mlp.down_proj.weight";
+  const std::string source = testing::ExpectedTensorBytes(name, Dtype::BF16, 96 * 200 * 2);
+  std::vector<float> x(96 * 200);
+  quant::DecodeFloats(Dtype::BF16, std::as_bytes(std::span(source)), x);
+
+  std::vector<uint8_t> packed((x.size() + 1) / 2);
+  std::vector<float> absmax((x.size() + 63) / 64);
+  quant::QuantizeNf4(x, 64, packed, absmax);
+  auto nf4 = Tensors("m/splitted_model.4bit/model.layers.1.safetensors");
+  EXPECT_EQ(nf4[name].second, std::string(reinterpret_cast<const char*>(packed.data()), packed.size()));
+  EXPECT_EQ(nf4[name + ".4bit.absmax"].second,
+            std::string(reinterpret_cast<const char*>(absmax.data()), absmax.size() * 4));
+  EXPECT_EQ(nf4[name].first.shape, (std::vector<uint64_t>{(x.size() + 1) / 2, 1}));
+  EXPECT_THAT(nf4[name + ".4bit.quant_state.bitsandbytes__nf4"].second,
+              HasSubstr("\"dtype\": \"bfloat16\", \"shape\": [96, 200]"));
+
+  std::vector<uint8_t> codes(x.size());
+  std::vector<float> absmax8((x.size() + 2047) / 2048);
+  quant::QuantizeBlockwise8(x, 2048, codes, absmax8);
+  auto b8 = Tensors("m/splitted_model.8bit/model.layers.1.safetensors");
+  EXPECT_EQ(b8[name].second, std::string(reinterpret_cast<const char*>(codes.data()), codes.size()));
+  EXPECT_EQ(b8[name + ".8bit.absmax"].second,
+            std::string(reinterpret_cast<const char*>(absmax8.data()), absmax8.size() * 4));
+
+  std::vector<int8_t> rows(x.size());
+  std::vector<float> scb(96);
+  for (size_t r = 0; r < 96; ++r) {
+    scb[r] = quant::QuantizeRowInt8(std::span<const float>(x).subspan(r * 200, 200),
+                                    std::span<int8_t>(rows).subspan(r * 200, 200));
+  }
+  auto int8 = Tensors("m/@bnb-int8/model-00002-of-00002.safetensors");
+  if (int8.empty() || !int8.contains(name)) int8 = Tensors("m/@bnb-int8/model-00001-of-00002.safetensors");
+  ASSERT_TRUE(int8.contains(name));
+  EXPECT_EQ(int8[name].first.dtype, Dtype::I8);
+  EXPECT_EQ(int8[name].second, std::string(reinterpret_cast<const char*>(rows.data()), rows.size()));
+  EXPECT_EQ(int8["model.layers.1.mlp.down_proj.SCB"].second,
+            std::string(reinterpret_cast<const char*>(scb.data()), scb.size() * 4));
+}
+
+TEST_F(ViewsTest, BnbViewsQuantizeOnlyBlockWeights) {
+  Put({.dtype = Dtype::BF16}, 1);
+  Mount();
+  auto nf4 = Tensors("m/@bnb-nf4/model.safetensors");
+  EXPECT_EQ(nf4["model.layers.0.self_attn.q_proj.weight"].first.dtype, Dtype::U8);
+  EXPECT_TRUE(nf4.contains("model.layers.0.self_attn.q_proj.weight.absmax"));
+  EXPECT_TRUE(nf4.contains("model.layers.0.self_attn.q_proj.weight.quant_map"));
+  EXPECT_EQ(nf4["model.layers.0.input_layernorm.weight"].first.dtype, Dtype::BF16);
+  EXPECT_EQ(nf4["model.embed_tokens.weight"].first.dtype, Dtype::BF16);
+  EXPECT_EQ(nf4["lm_head.weight"].first.dtype, Dtype::BF16);
+  auto config = ReadAll(Path("m/@bnb-nf4/config.json"));
+  ASSERT_TRUE(config.ok());
+  EXPECT_THAT(*config, HasSubstr("\"quant_method\": \"bitsandbytes\""));
+  EXPECT_THAT(*config, HasSubstr("\"bnb_4bit_compute_dtype\": \"bfloat16\""));
+  auto tokenizer = ReadAll(Path("m/@bnb-nf4/tokenizer.json"));
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ(*tokenizer, testing::TokenizerJson({.dtype = Dtype::BF16}));
+}
+
+TEST_F(ViewsTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
+  testing::ModelSpec spec{.layers = 4, .hidden = 256, .intermediate = 1024, .vocab = 512};
+  Put(spec, 2);
+  for (const std::string view : {"splitted_model", "splitted_model.4bit"}) {
+    Mount();
+    ASSERT_TRUE(ns_->ReadDir(Path("m/" + view)).ok());
+    uint64_t layer_bytes = 0;
+    for (const auto& t : testing::ModelTensors(spec)) {
+      if (t.name.starts_with("model.layers.2.")) layer_bytes += t.size();
+    }
+    const uint64_t before = metrics_.bytes_fetched.load();
+    ASSERT_TRUE(ReadAll(Path("m/" + view + "/model.layers.2.safetensors")).ok());
+    // Let prefetches already issued land before counting.
+    while (metrics_.fetches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const uint64_t fetched = metrics_.bytes_fetched.load() - before;
+    EXPECT_GE(fetched, layer_bytes) << view;
+    EXPECT_LE(fetched, layer_bytes * 11 / 10) << view << ": fetched " << fetched << " for a layer of " << layer_bytes;
+    ns_.reset();
+    engine_.reset();
+  }
+}
+
+TEST_F(ViewsTest, CorruptShardBreaksOnlyTheFilesThatNeedIt) {
+  testing::CheckpointPlan plan = Put({}, 3);
+  auto files = testing::BuildCheckpointFiles({}, testing::WriteOptions{.num_shards = 3});
+  ASSERT_TRUE(files.ok());
+  const std::string broken = "m/" + plan.shards[1].file_name;
+  std::string bytes = files->at(plan.shards[1].file_name);
+  bytes.replace(8, 2, "[[");  // the header is no JSON object any more
+  store_.Put(broken, bytes);
+  Mount();
+
+  auto broken_tensor = std::find_if(plan.weight_map.begin(), plan.weight_map.end(),
+                                    [&](const auto& e) { return e.second == plan.shards[1].file_name; });
+  ASSERT_NE(broken_tensor, plan.weight_map.end());
+  Status open = ns_->Open(Path("m/@tensors/" + broken_tensor->first + ".safetensors"));
+  EXPECT_EQ(open.code(), ErrorCode::kCorrupt);
+  EXPECT_THAT(open.message(), HasSubstr(plan.shards[1].file_name));
+
+  Status mirror = ns_->Open(Path("m/@bf16/" + plan.shards[1].file_name));
+  EXPECT_EQ(mirror.code(), ErrorCode::kCorrupt);
+  EXPECT_TRUE(ReadAll(Path("m/@bf16/" + plan.shards[0].file_name)).ok());
+  EXPECT_TRUE(ReadAll(Path("m/@bf16/" + plan.shards[2].file_name)).ok());
+  // The layer split across the broken shard fails; a layer elsewhere reads.
+  int failed = 0;
+  int readable = 0;
+  auto layers = ns_->ReadDir(Path("m/splitted_model"));
+  ASSERT_TRUE(layers.ok());
+  for (const DirEntry& e : *layers) {
+    if (e.name.ends_with(".done")) continue;
+    if (ns_->Open(e.attr.id).ok()) {
+      EXPECT_TRUE(ReadAll(e.attr.id).ok()) << e.name;
+      ++readable;
+    } else {
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(readable, 0);
+  // The shard itself still reads as a plain file.
+  auto raw = ReadAll(Path(broken));
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(*raw, bytes);
+}
+
+TEST(ParseViewListTest, AcceptsAllNoneAndNames) {
+  EXPECT_EQ(ParseViewList("all")->size(), kAllViews.size());
+  EXPECT_TRUE(ParseViewList("none")->empty());
+  EXPECT_THAT(*ParseViewList("splitted_model:bnb-nf4+@bf16"),
+              ElementsAre(ViewKind::kSplit, ViewKind::kBnbNf4, ViewKind::kBf16));
+}
+
+TEST(ParseViewListTest, UnknownNameSaysWhatIsKnown) {
+  auto views = ParseViewList("splitted_model:nf4");
+  ASSERT_FALSE(views.ok());
+  EXPECT_THAT(views.status().message(), HasSubstr("unknown view 'nf4'"));
+  EXPECT_THAT(views.status().message(), HasSubstr("bnb-nf4"));
+}
+
+TEST(TensorFileNameTest, EscapesSlashAndPercent) {
+  EXPECT_EQ(TensorFileName("a/b%c.weight"), "a%2Fb%25c.weight");
+}
+
+}  // namespace
+}  // namespace tensorfs

@@ -1,0 +1,182 @@
+// The views through a real mount, read by the kernel: every view of the
+// grouping tests' checkpoints (and of checkpoints holding the edge values of
+// quantization) checked against an independent numpy reference of the
+// bitsandbytes algorithms with plain reads and with numpy.memmap; AirLLM's
+// "already split" check; a corrupt shard; and what one layer file fetches.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/mount_fixture.h"
+
+namespace tensorfs {
+namespace {
+
+namespace fsys = std::filesystem;
+using ::testing::HasSubstr;
+using testing::RunCommand;
+using testing::TensorfsMount;
+
+const std::string kPython = "/usr/bin/python3 ";
+const std::string kSupport = TENSORFS_SOURCE_DIR "/tests/support/";
+
+struct Model {
+  std::string dir;
+  testing::ModelSpec spec;
+  int shards;
+};
+
+const std::vector<Model>& Models() {
+  static const auto* models = new std::vector<Model>{
+      {"llama-f32", {.arch = testing::Arch::kLlama, .hidden = 96, .intermediate = 200, .dtype = Dtype::F32}, 3},
+      {"llama-f16", {.arch = testing::Arch::kLlama, .dtype = Dtype::F16}, 2},
+      {"llama-bf16", {.arch = testing::Arch::kLlama, .dtype = Dtype::BF16}, 3},
+      {"qwen2", {.arch = testing::Arch::kQwen2, .dtype = Dtype::BF16}, 2},
+      {"mixtral", {.arch = testing::Arch::kMixtral, .dtype = Dtype::BF16}, 3},
+      {"gpt2", {.arch = testing::Arch::kGpt2, .dtype = Dtype::F32}, 2},
+      {"t5", {.arch = testing::Arch::kT5, .dtype = Dtype::F32}, 3},
+      {"llama-tied", {.arch = testing::Arch::kLlamaTied, .dtype = Dtype::BF16}, 2},
+  };
+  return *models;
+}
+
+class ViewsMountTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    source_ = new testing::TempDir();
+    for (const Model& m : Models()) {
+      auto written = testing::WriteCheckpoint(m.spec, {.num_shards = m.shards, .dir = source_->path() + "/" + m.dir});
+      ASSERT_TRUE(written.ok()) << written.status().ToString();
+    }
+    for (const std::string dtype : {"bf16", "f16", "f32"}) {
+      auto made = RunCommand(kPython + kSupport + "make_edge_checkpoint.py " + source_->path() + "/edge-" + dtype +
+                             " --dtype " + dtype + " --shards 2");
+      ASSERT_EQ(made.exit_code, 0) << made.output;
+    }
+    // A checkpoint whose second shard has a broken header, with an index that
+    // still says which tensors it held.
+    auto written = testing::WriteCheckpoint({.dtype = Dtype::BF16}, {.num_shards = 3, .dir = source_->path() + "/broken"});
+    ASSERT_TRUE(written.ok());
+    broken_shard_ = written->plan.shards[1].file_name;
+    std::fstream f(source_->path() + "/broken/" + broken_shard_, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8);
+    f.write("[[", 2);
+  }
+  static void TearDownTestSuite() {
+    delete source_;
+    source_ = nullptr;
+  }
+  void SetUp() override {
+    std::string error;
+    mount_ = TensorfsMount::Start(source_->path(), {}, &error);
+    ASSERT_NE(mount_, nullptr) << error;
+  }
+
+  void CheckViews(const std::string& dir, const std::string& extra = "") {
+    auto result = RunCommand(kPython + kSupport + "check_views.py --mmap-loader --mount " + mount_->path() + "/" + dir +
+                             " --source " + source_->path() + "/" + dir + " " + extra + " 2>&1");
+    EXPECT_EQ(result.exit_code, 0) << result.output << "\n" << mount_->Log();
+    EXPECT_THAT(result.output, HasSubstr(": OK"));
+  }
+
+  static nlohmann::json Stats(const std::string& mountpoint) {
+    auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
+    return nlohmann::json::parse(result.output, nullptr, false);
+  }
+
+  static testing::TempDir* source_;
+  static std::string broken_shard_;
+  std::unique_ptr<TensorfsMount> mount_;
+};
+
+testing::TempDir* ViewsMountTest::source_ = nullptr;
+std::string ViewsMountTest::broken_shard_;
+
+TEST_F(ViewsMountTest, LlamaF32ViewsEqualTheReference) {
+  CheckViews("llama-f32", "--expect-layers model.embed_tokens.,model.layers.0.,model.layers.1.,model.norm.,lm_head.");
+}
+TEST_F(ViewsMountTest, LlamaF16ViewsEqualTheReference) { CheckViews("llama-f16"); }
+TEST_F(ViewsMountTest, LlamaBf16ViewsEqualTheReference) { CheckViews("llama-bf16"); }
+TEST_F(ViewsMountTest, Qwen2ViewsEqualTheReference) { CheckViews("qwen2"); }
+TEST_F(ViewsMountTest, MixtralViewsEqualTheReference) { CheckViews("mixtral"); }
+TEST_F(ViewsMountTest, Gpt2ViewsEqualTheReference) {
+  CheckViews("gpt2", "--expect-layers transformer.wte.,transformer.wpe.,transformer.h.0.,transformer.h.1.,transformer.ln_f.");
+}
+TEST_F(ViewsMountTest, T5ViewsEqualTheReference) { CheckViews("t5"); }
+TEST_F(ViewsMountTest, TiedLlamaViewsEqualTheReference) {
+  CheckViews("llama-tied", "--expect-layers model.embed_tokens.,model.layers.0.,model.layers.1.,model.norm.");
+}
+TEST_F(ViewsMountTest, EdgeValuesBf16EqualTheReference) { CheckViews("edge-bf16"); }
+TEST_F(ViewsMountTest, EdgeValuesF16EqualTheReference) { CheckViews("edge-f16"); }
+TEST_F(ViewsMountTest, EdgeValuesF32EqualTheReference) { CheckViews("edge-f32"); }
+
+TEST_F(ViewsMountTest, CorruptShardFailsOnlyTheViewFilesThatNeedIt) {
+  const std::string dir = mount_->path() + "/broken/";
+  // The mirror of the broken shard cannot be opened; the message is in the log.
+  int fd = ::open((dir + "@bf16/" + broken_shard_).c_str(), O_RDONLY);
+  EXPECT_EQ(fd, -1);
+  EXPECT_EQ(errno, EIO);
+  if (fd >= 0) ::close(fd);
+  // The other shards' mirrors and the shard itself (as a plain file) read.
+  EXPECT_EQ(testing::ReadWhole(dir + "@bf16/model-00001-of-00003.safetensors").size(),
+            fsys::file_size(dir + "@bf16/model-00001-of-00003.safetensors"));
+  EXPECT_EQ(testing::ReadWhole(dir + broken_shard_), testing::ReadWhole(source_->path() + "/broken/" + broken_shard_));
+  int failed = 0;
+  int read = 0;
+  for (const auto& e : fsys::directory_iterator(dir + "splitted_model")) {
+    if (e.path().extension() == ".done") continue;
+    int layer = ::open(e.path().c_str(), O_RDONLY);
+    if (layer < 0) {
+      EXPECT_EQ(errno, EIO) << e.path();
+      ++failed;
+      continue;
+    }
+    ::close(layer);
+    EXPECT_EQ(testing::ReadWhole(e.path()).size(), e.file_size()) << e.path();
+    ++read;
+  }
+  EXPECT_GT(failed, 0);
+  EXPECT_GT(read, 0);
+  EXPECT_THAT(mount_->Log(), HasSubstr("needs a shard that cannot be read: broken/" + broken_shard_));
+}
+
+TEST_F(ViewsMountTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
+  testing::TempDir source;
+  testing::ModelSpec spec{.layers = 6, .hidden = 512, .intermediate = 1536, .vocab = 1024, .dtype = Dtype::BF16};
+  auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = source.path() + "/m"});
+  ASSERT_TRUE(written.ok());
+  uint64_t layer = 0;
+  for (const auto& t : testing::ModelTensors(spec)) {
+    if (t.name.starts_with("model.layers.3.")) layer += t.size();
+  }
+  for (const std::string view : {"splitted_model", "splitted_model.4bit", "splitted_model.8bit"}) {
+    std::string error;
+    auto mount = TensorfsMount::Start(source.path(), {"-o", "chunk_size=256K,max_fetches=8,cache_size=64M,prefetch_window=16M"}, &error);
+    ASSERT_NE(mount, nullptr) << error;
+    const std::string file = mount->path() + "/m/" + view + "/model.layers.3.safetensors";
+    ASSERT_TRUE(fsys::exists(file));
+    auto idle = [&] {
+      for (int i = 0; i < 200 && Stats(mount->path())["fetches_in_flight"] != 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    };
+    idle();
+    const uint64_t before = Stats(mount->path())["bytes_fetched"];
+    EXPECT_EQ(testing::ReadWhole(file).size(), fsys::file_size(file));
+    idle();
+    const uint64_t fetched = Stats(mount->path())["bytes_fetched"].get<uint64_t>() - before;
+    EXPECT_GE(fetched, layer) << view;
+    EXPECT_LE(fetched, layer * 11 / 10) << view << ": fetched " << fetched << " bytes for a layer of " << layer;
+  }
+}
+
+}  // namespace
+}  // namespace tensorfs
