@@ -124,7 +124,8 @@ class ViewFile {
   // Prefetch bookkeeping (ViewReader): how far this file's sources have been
   // requested, and whether anyone has read it.
   mutable std::atomic<uint64_t> prefetched_to{0};
-  mutable std::atomic<uint64_t> continued_at{0};  // read offset when the window last ran on
+  static constexpr uint64_t kNever = ~uint64_t{0};
+  mutable std::atomic<uint64_t> continued_at{kNever};  // read offset when the window last ran on
   mutable std::atomic<bool> read_started{false};
 
  private:

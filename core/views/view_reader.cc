@@ -170,8 +170,10 @@ void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_end) {
   const uint64_t to = file.prefetched_to.load();
   if (to < file.size()) {
     if (to > read_end && to - read_end > half_window) return;
-  } else if (!continues || read_end < file.continued_at.load() + half_window) {
+  } else if (!continues) {
     return;
+  } else if (const uint64_t at = file.continued_at.load(); at != ViewFile::kNever && read_end < at + half_window) {
+    return;  // ran on recently
   }
   uint64_t budget = window_;
   const uint64_t reached = PrefetchSources(file, read_end, budget);
@@ -199,6 +201,8 @@ uint64_t ViewReader::PrefetchSources(const ViewFile& file, uint64_t from, uint64
       engine_.Prefetch(e.source, ByteRange{e.source_offset + begin, length});
       source_budget -= length;
       at = e.offset + begin + length;
+    } else if (e.kind == Extent::Kind::kTransform && e.part != 0) {
+      at = e.offset + e.length;  // the scales come from the same source as the codes before them
     } else if (e.kind == Extent::Kind::kTransform) {
       const TensorTransform& t = *e.transform;
       const uint64_t s0 = SegmentAt(t, e.part, begin);
