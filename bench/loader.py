@@ -71,6 +71,28 @@ def tensor_spans(header):
     return spans
 
 
+class MappedSafetensors:
+    """A safetensors file mapped read-only: the header parsed, the bytes as a
+    numpy uint8 view (no copy until a tensor is copied out)."""
+
+    def __init__(self, path):
+        self._file = open(path, "rb")
+        size = os.fstat(self._file.fileno()).st_size
+        self._mapping = mmap.mmap(self._file.fileno(), size, prot=mmap.PROT_READ)
+        (n,) = struct.unpack("<Q", self._mapping[:8])
+        self.header = json.loads(bytes(self._mapping[8:8 + n]))
+        self.data_start = 8 + n
+        self.view = np.frombuffer(self._mapping, dtype=np.uint8)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        del self.view
+        self._mapping.close()
+        self._file.close()
+
+
 def load(args):
     wait_until(args.start_at)
     started = time.monotonic()
@@ -86,30 +108,23 @@ def load(args):
     for path in args.files:
         if not complete:
             break
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapping:
-                (n,) = struct.unpack("<Q", mapping[:8])
-                header = json.loads(bytes(mapping[8:8 + n]))
-                data_start = 8 + n
-                loaded += data_start
-                spans = tensor_spans(header)
-                if args.order == "random":
-                    random.Random(args.seed).shuffle(spans)
-                view = np.frombuffer(mapping, dtype=np.uint8)
-                for begin, end in spans:
-                    if args.max_tensors is not None and tensors >= args.max_tensors:
-                        complete = False
-                        break
-                    if args.deadline is not None and time.monotonic() - started > args.deadline:
-                        complete = False
-                        break
-                    data = view[data_start + begin:data_start + end].copy()  # the loader's memcpy
-                    del data
-                    loaded += end - begin
-                    tensors += 1
-                    progress()
-                del view
+        with MappedSafetensors(path) as st:
+            loaded += st.data_start
+            spans = tensor_spans(st.header)
+            if args.order == "random":
+                random.Random(args.seed).shuffle(spans)
+            for begin, end in spans:
+                if args.max_tensors is not None and tensors >= args.max_tensors:
+                    complete = False
+                    break
+                if args.deadline is not None and time.monotonic() - started > args.deadline:
+                    complete = False
+                    break
+                data = st.view[st.data_start + begin:st.data_start + end].copy()  # the loader's memcpy
+                del data
+                loaded += end - begin
+                tensors += 1
+                progress()
         files_done += 1
         progress()
     emit({"bytes": loaded, "tensors": tensors, "files": files_done, "complete": complete,
@@ -125,24 +140,17 @@ def load_file_copy(path, go_on, copied):
     loaded = 0
     tensors = 0
     whole = True
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mapping:
-            (n,) = struct.unpack("<Q", mapping[:8])
-            header = json.loads(bytes(mapping[8:8 + n]))
-            data_start = 8 + n
-            loaded += data_start
-            view = np.frombuffer(mapping, dtype=np.uint8)
-            for begin, end in tensor_spans(header):
-                if not go_on():
-                    whole = False
-                    break
-                data = view[data_start + begin:data_start + end].copy()  # the loader's memcpy
-                del data
-                loaded += end - begin
-                tensors += 1
-                copied(end - begin)
-            del view
+    with MappedSafetensors(path) as st:
+        loaded += st.data_start
+        for begin, end in tensor_spans(st.header):
+            if not go_on():
+                whole = False
+                break
+            data = st.view[st.data_start + begin:st.data_start + end].copy()  # the loader's memcpy
+            del data
+            loaded += end - begin
+            tensors += 1
+            copied(end - begin)
     return loaded, tensors, whole
 
 

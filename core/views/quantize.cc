@@ -426,43 +426,47 @@ void BlockAbsmax(std::span<const float> x, size_t blocksize, std::span<float> ab
   }
 }
 
-void QuantizeNf4(std::span<const float> x, size_t blocksize, std::span<uint8_t> packed,
-                 std::span<float> absmax) {
-  TENSORFS_CHECK(blocksize > 0 && blocksize % 2 == 0);
-  TENSORFS_CHECK(packed.size() == (x.size() + 1) / 2);
+namespace {
+
+// Stores each block's absmax and calls fn(block, begin, len, 1 / absmax): the
+// scale bitsandbytes multiplies by (so absmax 0 gives inf, and 0 * inf NaN).
+template <typename Fn>
+void ForEachBlock(std::span<const float> x, size_t blocksize, std::span<float> absmax, Fn fn) {
   TENSORFS_CHECK(absmax.size() == NumBlocks(x.size(), blocksize));
   for (size_t b = 0; b < absmax.size(); ++b) {
     const size_t begin = b * blocksize;
     const size_t len = std::min(blocksize, x.size() - begin);
     const float* block = x.data() + begin;
-    const float max = AbsmaxOf(block, len);
-    absmax[b] = max;
-    const float s = 1.0f / max;
+    absmax[b] = AbsmaxOf(block, len);
+    fn(block, begin, len, 1.0f / absmax[b]);
+  }
+}
+
+}  // namespace
+
+void QuantizeNf4(std::span<const float> x, size_t blocksize, std::span<uint8_t> packed,
+                 std::span<float> absmax) {
+  TENSORFS_CHECK(blocksize > 0 && blocksize % 2 == 0);
+  TENSORFS_CHECK(packed.size() == (x.size() + 1) / 2);
+  ForEachBlock(x, blocksize, absmax, [&](const float* block, size_t begin, size_t len, float s) {
     const size_t even = len & ~size_t{1};
     uint8_t* out = packed.data() + begin / 2;
     Nf4Pairs(block, even, s, out);
     if (even != len) {  // odd tail: only possible in the last block
       out[even / 2] = static_cast<uint8_t>((Nf4Index(block[even] * s) << 4) | Nf4Index(0.0f * s));
     }
-  }
+  });
 }
 
 void QuantizeBlockwise8(std::span<const float> x, size_t blocksize, std::span<uint8_t> codes,
                         std::span<float> absmax) {
   TENSORFS_CHECK(blocksize > 0);
   TENSORFS_CHECK(codes.size() == x.size());
-  TENSORFS_CHECK(absmax.size() == NumBlocks(x.size(), blocksize));
   const ThresholdCounter<16>& counter = DynamicCounter();
-  for (size_t b = 0; b < absmax.size(); ++b) {
-    const size_t begin = b * blocksize;
-    const size_t len = std::min(blocksize, x.size() - begin);
-    const float* block = x.data() + begin;
-    const float max = AbsmaxOf(block, len);
-    absmax[b] = max;
-    const float s = 1.0f / max;
+  ForEachBlock(x, blocksize, absmax, [&](const float* block, size_t begin, size_t len, float s) {
     uint8_t* out = codes.data() + begin;
     for (size_t i = 0; i < len; ++i) out[i] = static_cast<uint8_t>(counter.Count(block[i] * s));
-  }
+  });
 }
 
 float QuantizeRowInt8(std::span<const float> row, std::span<int8_t> out) {

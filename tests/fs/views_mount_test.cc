@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "tests/support/checkpoint_gen.h"
+#include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
@@ -22,6 +23,7 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using testing::GcsTestServer;
 using testing::RunCommand;
 using testing::TensorfsMount;
 
@@ -51,39 +53,43 @@ const std::vector<Model>& Models() {
 class ViewsMountTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    source_ = new testing::TempDir();
+    data_ = new testing::TempDir();
+    source_ = new std::string(data_->path() + "/bucket");
     for (const Model& m : Models()) {
-      auto written = testing::WriteCheckpoint(m.spec, {.num_shards = m.shards, .dir = source_->path() + "/" + m.dir});
+      auto written = testing::WriteCheckpoint(m.spec, {.num_shards = m.shards, .dir = (*source_) + "/" + m.dir});
       ASSERT_TRUE(written.ok()) << written.status().ToString();
     }
     for (const std::string dtype : {"bf16", "f16", "f32"}) {
-      auto made = RunCommand(kPython + kSupport + "make_edge_checkpoint.py " + source_->path() + "/edge-" + dtype +
+      auto made = RunCommand(kPython + kSupport + "make_edge_checkpoint.py " + (*source_) + "/edge-" + dtype +
                              " --dtype " + dtype + " --shards 2");
       ASSERT_EQ(made.exit_code, 0) << made.output;
     }
     // A checkpoint whose second shard has a broken header, with an index that
     // still says which tensors it held.
-    auto written = testing::WriteCheckpoint({.dtype = Dtype::BF16}, {.num_shards = 3, .dir = source_->path() + "/broken"});
+    auto written = testing::WriteCheckpoint({.dtype = Dtype::BF16}, {.num_shards = 3, .dir = (*source_) + "/broken"});
     ASSERT_TRUE(written.ok());
     broken_shard_ = written->plan.shards[1].file_name;
-    std::fstream f(source_->path() + "/broken/" + broken_shard_, std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream f((*source_) + "/broken/" + broken_shard_, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(8);
     f.write("[[", 2);
   }
   static void TearDownTestSuite() {
     delete source_;
+    delete data_;
     source_ = nullptr;
+    data_ = nullptr;
   }
   void SetUp() override {
     std::string error;
-    mount_ = TensorfsMount::Start(source_->path(), {}, &error);
+    mount_ = TensorfsMount::Start((*source_), {}, &error);
     ASSERT_NE(mount_, nullptr) << error;
   }
 
-  void CheckViews(const std::string& dir, const std::string& extra = "") {
-    auto result = RunCommand(kPython + kSupport + "check_views.py --mmap-loader --mount " + mount_->path() + "/" + dir +
-                             " --source " + source_->path() + "/" + dir + " " + extra + " 2>&1");
-    EXPECT_EQ(result.exit_code, 0) << result.output << "\n" << mount_->Log();
+  void CheckViews(const std::string& dir, const std::string& extra = "", TensorfsMount* mount = nullptr) {
+    if (mount == nullptr) mount = mount_.get();
+    auto result = RunCommand(kPython + kSupport + "check_views.py --mmap-loader --mount " + mount->path() + "/" + dir +
+                             " --source " + (*source_) + "/" + dir + " " + extra + " 2>&1");
+    EXPECT_EQ(result.exit_code, 0) << result.output << "\n" << mount->Log();
     EXPECT_THAT(result.output, HasSubstr(": OK"));
   }
 
@@ -92,12 +98,14 @@ class ViewsMountTest : public ::testing::Test {
     return nlohmann::json::parse(result.output, nullptr, false);
   }
 
-  static testing::TempDir* source_;
+  static testing::TempDir* data_;  // holds source_, served as a bucket by GcsViews
+  static std::string* source_;
   static std::string broken_shard_;
   std::unique_ptr<TensorfsMount> mount_;
 };
 
-testing::TempDir* ViewsMountTest::source_ = nullptr;
+testing::TempDir* ViewsMountTest::data_ = nullptr;
+std::string* ViewsMountTest::source_ = nullptr;
 std::string ViewsMountTest::broken_shard_;
 
 TEST_F(ViewsMountTest, LlamaF32ViewsEqualTheReference) {
@@ -118,6 +126,27 @@ TEST_F(ViewsMountTest, EdgeValuesBf16EqualTheReference) { CheckViews("edge-bf16"
 TEST_F(ViewsMountTest, EdgeValuesF16EqualTheReference) { CheckViews("edge-f16"); }
 TEST_F(ViewsMountTest, EdgeValuesF32EqualTheReference) { CheckViews("edge-f32"); }
 
+TEST_F(ViewsMountTest, ViewsOverGcsEqualTheReference) {
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data_->path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto mount = TensorfsMount::Start("gs://bucket", {"-o", "anonymous,endpoint=" + server->endpoint()}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  CheckViews("llama-bf16", "", mount.get());
+  CheckViews("edge-f16", "", mount.get());
+}
+
+TEST_F(ViewsMountTest, LayerRegexNamesTheLayerFiles) {
+  std::string error;
+  auto mount = TensorfsMount::Start(*source_, {"--layer-regex", "^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  CheckViews("llama-bf16",
+             "--views splitted_model --layer-regex '^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)' "
+             "--expect-layers model.embed_tokens.,model.layers.0.self_attn.,model.layers.0.mlp.,"
+             "model.layers.0.,model.layers.1.self_attn.,model.layers.1.mlp.,model.layers.1.,model.norm.,lm_head.",
+             mount.get());
+}
+
 TEST_F(ViewsMountTest, CorruptShardFailsOnlyTheViewFilesThatNeedIt) {
   const std::string dir = mount_->path() + "/broken/";
   // The mirror of the broken shard cannot be opened; the message is in the log.
@@ -128,7 +157,7 @@ TEST_F(ViewsMountTest, CorruptShardFailsOnlyTheViewFilesThatNeedIt) {
   // The other shards' mirrors and the shard itself (as a plain file) read.
   EXPECT_EQ(testing::ReadWhole(dir + "@bf16/model-00001-of-00003.safetensors").size(),
             fsys::file_size(dir + "@bf16/model-00001-of-00003.safetensors"));
-  EXPECT_EQ(testing::ReadWhole(dir + broken_shard_), testing::ReadWhole(source_->path() + "/broken/" + broken_shard_));
+  EXPECT_EQ(testing::ReadWhole(dir + broken_shard_), testing::ReadWhole((*source_) + "/broken/" + broken_shard_));
   int failed = 0;
   int read = 0;
   for (const auto& e : fsys::directory_iterator(dir + "splitted_model")) {

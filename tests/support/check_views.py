@@ -31,6 +31,7 @@ status 0 when everything matches, 1 otherwise; the last line is a summary.
 import argparse
 import json
 import os
+import re
 import stat
 import sys
 import time
@@ -552,6 +553,7 @@ def main(argv=None):
     ap.add_argument("--source", required=True, help="the same checkpoint on local disk")
     ap.add_argument("--views", help="comma-separated views (default: all eight)")
     ap.add_argument("--expect-layers", help="comma-separated layer prefixes splitted_model* must have")
+    ap.add_argument("--layer-regex", help="the mount's -o layer_regex, if it has one")
     ap.add_argument("--mmap-loader", action="store_true",
                     help="also read every file through numpy.memmap (done anyway for files up to 64 MiB)")
     a = ap.parse_args(argv)
@@ -562,6 +564,8 @@ def main(argv=None):
             ap.error("unknown view %r (known: %s)" % (v, ", ".join(ref.VIEWS)))
     expect_layers = [p for p in a.expect_layers.split(",") if p] if a.expect_layers else None
 
+    if a.layer_regex:
+        ref.LAYER_REGEX = re.compile(a.layer_regex)
     rep = Report()
     src = ref.Source(a.source)
     qz = ref.Quantizer()

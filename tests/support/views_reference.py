@@ -557,10 +557,22 @@ def block_prefix(name):
     return None
 
 
+# tensorfs -o layer_regex: a compiled pattern whose first group (or whole
+# match) names the layer of the tensors it matches; None for the built-in rules.
+LAYER_REGEX = None
+
+
 def group_prefix(name):
-    """tensorfs layer group of a tensor: its block prefix, or else its name
-    without the last dotted component, plus '.'. (A name without any dot is
-    its own group: name + '.'.)"""
+    """tensorfs layer group of a tensor: what LAYER_REGEX gives for it (its
+    first group, else the whole match, when not empty); else its block prefix,
+    or else its name without the last dotted component, plus '.'. (A name
+    without any dot is its own group: name + '.'.)"""
+    if LAYER_REGEX is not None:
+        m = LAYER_REGEX.search(name)
+        if m:
+            g = m.group(1) if m.re.groups >= 1 and m.group(1) else m.group(0)
+            if g:
+                return g
     p = block_prefix(name)
     if p is not None:
         return p
