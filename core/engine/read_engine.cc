@@ -50,6 +50,7 @@ struct ReadEngine::ReadOp {
   ByteRange range;
   size_t first = 0;  // plan index of chunks[0]
   std::vector<std::shared_ptr<const Chunk>> chunks;
+  std::vector<ChunkKey> keys;  // of chunks[i]: the chunk's own, or an edge piece's
   std::atomic<int> pending{0};
   std::atomic<bool> failed{false};
   Status error;  // written once, by the waiter that sets `failed`
@@ -71,7 +72,7 @@ ReadEngine::~ReadEngine() {
     for (std::deque<Job>* queue : {&demand_queue_, &prefetch_queue_}) {
       for (const Job& job : *queue) {
         if (job.head) {
-          auto& w = objects_.at(job.key.object).plan_waiters;
+          auto& w = objects_.at(job.object).plan_waiters;
           std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
           w.clear();
         } else {
@@ -119,7 +120,8 @@ void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
     return;
   }
   state.head_requested = true;
-  Enqueue(Job{.key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true}, prefetch);
+  Enqueue(Job{.object = state.info.id(), .key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true},
+          prefetch);
 }
 
 void ReadEngine::PrefetchHead(const ObjectInfo& object) {
@@ -130,14 +132,33 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
 }
 
 bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
-  ChunkKey key{state.info.id(), index};
+  return RequestPiece(state, ChunkKey{state.info.id(), index}, state.plan->Chunk(index), prefetch, sweep);
+}
+
+bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep) {
   if (cache_.Find(key) != nullptr) return true;
-  ByteRange range = state.plan->Chunk(index);
   if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
   cache_.InsertLoading(key, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
-  Enqueue(Job{.key = std::move(key), .range = range, .sweep = sweep}, prefetch);
+  Enqueue(Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
   return true;
+}
+
+ChunkKey ReadEngine::KeyWithin(ObjectState& state, size_t index, const std::optional<ByteRange>& within,
+                               ByteRange* range) {
+  ChunkKey key{state.info.id(), index};
+  *range = state.plan->Chunk(index);
+  if (!within || (range->offset >= within->offset && range->end() <= within->end()) ||
+      cache_.Find(key) != nullptr) {
+    return key;
+  }
+  const uint64_t begin = std::max(range->offset, within->offset);
+  const uint64_t end = std::min(range->end(), within->end());
+  *range = ByteRange{begin, end - begin};
+  // No stored object's name starts with a NUL byte.
+  key.object.name = std::string(1, '\0') + "edge " + std::to_string(within->offset) + "+" +
+                    std::to_string(within->length) + " " + key.object.name;
+  return key;
 }
 
 size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from) const {
@@ -288,8 +309,11 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     op->first = first;
     op->chunks.resize(last - first + 1);
     op->pending.store(static_cast<int>(op->chunks.size()));
+    op->keys.reserve(last - first + 1);
     for (size_t i = first; i <= last; ++i) {
-      ChunkKey key{op->object, i};
+      ByteRange piece;
+      ChunkKey key = KeyWithin(state, i, op->hints.within, &piece);
+      op->keys.push_back(key);
       ChunkCache::Entry* entry = cache_.Find(key);
       if (entry != nullptr && entry->chunk != nullptr) {
         op->chunks[i - first] = entry->chunk;
@@ -300,7 +324,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
       metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
       if (entry == nullptr) {
-        Request(state, i, /*prefetch=*/false);
+        RequestPiece(state, key, piece, /*prefetch=*/false);
         entry = cache_.Find(key);
       } else if (entry->prefetched && entry->waiters.empty()) {
         // A reader waits for a queued prefetch: give it demand priority.
@@ -326,25 +350,27 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
   FinishRead(op);
 }
 
-void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range) {
+void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::optional<ByteRange> within) {
   if (range.length == 0 || range.offset >= object.size) return;
   MutexLock lock(mu_);
   if (stopping_) return;
   ObjectState& state = StateOf(object);
   if (state.plan == nullptr) {
-    state.pending_prefetch.push_back(range);
+    state.pending_prefetch.emplace_back(range, within);
     StartHead(state, /*prefetch=*/true);
     return;
   }
-  PrefetchRange(state, range);
+  PrefetchRange(state, range, within);
 }
 
-void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range) {
+void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) {
   const ChunkPlan& plan = *state.plan;
   const uint64_t end = std::min(range.end(), state.info.size);
   if (range.offset >= end) return;
   for (size_t i = plan.ChunkAt(range.offset), last = plan.ChunkAt(end - 1); i <= last; ++i) {
-    if (!Request(state, i, /*prefetch=*/true)) return;
+    ByteRange piece;
+    ChunkKey key = KeyWithin(state, i, within, &piece);
+    if (!RequestPiece(state, key, piece, /*prefetch=*/true)) return;
   }
 }
 
@@ -394,7 +420,7 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
   }
   if (op->hints.delivered) {
     MutexLock lock(mu_);
-    for (size_t i = 0; i < parts.size(); ++i) cache_.MarkDelivered(ChunkKey{op->object, op->first + i}, parts[i]);
+    for (size_t i = 0; i < parts.size(); ++i) cache_.MarkDelivered(op->keys[i], parts[i]);
   }
   if (op->hints.prefetch) {  // a kernel read; views count their own reads
     metrics_.read_requests.fetch_add(1, std::memory_order_relaxed);
@@ -466,14 +492,14 @@ void ReadEngine::RunJob(const Job& job) {
   if (job.head) {
     {
       MutexLock lock(mu_);
-      info = objects_.at(job.key.object).info;
+      info = objects_.at(job.object).info;
     }
     StatusOr<std::shared_ptr<Chunk>> head = FetchHead(info, &plan);
     status = head.status();
     if (head.ok()) chunk = std::move(*head);
   } else {
     chunk = std::make_shared<Chunk>(job.range);
-    status = store_.Read(job.key.object, job.range.offset, chunk->writable());
+    status = store_.Read(job.object, job.range.offset, chunk->writable());
     if (status.ok()) metrics_.bytes_fetched.fetch_add(job.range.length, std::memory_order_relaxed);
   }
   metrics_.fetch_latency.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -481,7 +507,7 @@ void ReadEngine::RunJob(const Job& job) {
   if (!status.ok()) {
     metrics_.CountError(status.code());
     status = status.WithContext("fetch of " + std::to_string(job.range.length) + " bytes at " +
-                                std::to_string(job.range.offset) + " of " + job.key.object.name);
+                                std::to_string(job.range.offset) + " of " + job.object.name);
   }
 
   std::vector<ChunkWaiter> waiters;
@@ -491,7 +517,7 @@ void ReadEngine::RunJob(const Job& job) {
                   : StatusOr<std::shared_ptr<const Chunk>>(status);
   {
     MutexLock lock(mu_);
-    ObjectState& state = objects_.at(job.key.object);
+    ObjectState& state = objects_.at(job.object);
     if (job.head) {
       plan_waiters = std::move(state.plan_waiters);
       state.plan_waiters.clear();
@@ -506,7 +532,7 @@ void ReadEngine::RunJob(const Job& job) {
         if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
         state.continue_bytes = 0;
         if (!stopping_) {
-          for (const ByteRange& range : state.pending_prefetch) PrefetchRange(state, range);
+          for (const auto& [range, within] : state.pending_prefetch) PrefetchRange(state, range, within);
         }
         state.pending_prefetch.clear();
       } else {

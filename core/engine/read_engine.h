@@ -61,9 +61,16 @@ struct EngineOptions {
 // counts its own reads) set `prefetch` false; when the bytes are the input of a
 // computation rather than handed to the kernel, `delivered` is false too, so
 // the chunk is not marked consumed (which would make it the first to evict).
+//
+// `within`, when set, is the part of the object the caller reads (a view file's
+// run of tensors in it): a chunk the read needs that is neither cached nor
+// being fetched and reaches outside `within` is fetched only as far as it lies
+// inside, as an edge piece cached under its own key, so that reading one layer
+// does not pull in the neighbouring layers' bytes.
 struct ReadHints {
   bool prefetch = true;
   bool delivered = true;
+  std::optional<ByteRange> within;
 };
 
 // Computes a derived chunk (see ReadDerived) and hands it to `publish`, on any
@@ -83,8 +90,10 @@ class ReadEngine {
             ReadHints hints = {}) EXCLUDES(mu_);
 
   // Starts fetching, at prefetch priority, the chunks of `object` that cover
-  // `range` and are not cached yet (as far as the cache has room).
-  void Prefetch(const ObjectInfo& object, ByteRange range) EXCLUDES(mu_);
+  // `range` and are not cached yet (as far as the cache has room); with
+  // `within`, edge pieces as ReadHints describes.
+  void Prefetch(const ObjectInfo& object, ByteRange range, std::optional<ByteRange> within = std::nullopt)
+      EXCLUDES(mu_);
 
   // A chunk computed from other bytes (a view's quantized tensor, say), kept in
   // the same cache and budget as fetched chunks, with the same single-flight
@@ -130,9 +139,11 @@ class ReadEngine {
     int sweep_in_flight = 0;
     std::optional<ObjectInfo> successor;  // see SetReadOrder
     uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
-    std::vector<ByteRange> pending_prefetch;  // Prefetch() calls made before the plan was known
+    // Prefetch() calls made before the plan was known: range, within.
+    std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
   };
   struct Job {
+    ObjectId object;  // what to read (key.object names an edge piece's own key)
     ChunkKey key;
     ByteRange range;
     bool head = false;  // the head fetch, which also builds the plan
@@ -144,10 +155,18 @@ class ReadEngine {
   // Requests chunk `index` (if not cached or loading). Prefetches give up when
   // the cache has no room; returns whether the chunk is cached or coming.
   bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
+  // The key under which chunk `index` is read by a reader confined to
+  // `within`: the chunk's own when it is cached or coming, or lies inside;
+  // else the edge piece's (see ReadHints), whose range is stored in *range.
+  ChunkKey KeyWithin(ObjectState& state, size_t index, const std::optional<ByteRange>& within, ByteRange* range)
+      REQUIRES(mu_);
+  // Requests the piece `key` covering `range` unless cached or coming.
+  bool RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep = false)
+      REQUIRES(mu_);
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
   // the prefetches it calls for.
-  void PrefetchRange(ObjectState& state, ByteRange range) REQUIRES(mu_);
+  void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   void UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader

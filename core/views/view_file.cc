@@ -173,15 +173,38 @@ void ViewFile::AddSource(const ObjectInfo& source, ByteRange range) {
                             .source = source, .source_offset = range.offset});
   size_ += range.length;
   source_bytes_ += range.length;
+  AddRun(source.name, range);
 }
 
 void ViewFile::AddTransform(std::shared_ptr<const TensorTransform> transform, int part) {
   const uint64_t length = transform->PartSize(part);
   if (length == 0) return;
-  if (part == 0) source_bytes_ += transform->source_range.length;
+  if (part == 0) {
+    source_bytes_ += transform->source_range.length;
+    AddRun(transform->source.name, transform->source_range);
+  }
   extents_.push_back(Extent{.kind = Extent::Kind::kTransform, .offset = size_, .length = length,
                             .transform = std::move(transform), .part = part});
   size_ += length;
+}
+
+void ViewFile::AddRun(const std::string& object, ByteRange range) {
+  std::vector<ByteRange>& runs = runs_[object];
+  if (!runs.empty() && runs.back().end() == range.offset) {
+    runs.back().length += range.length;
+  } else {
+    runs.push_back(range);
+  }
+}
+
+ByteRange ViewFile::RunOf(const std::string& object, ByteRange range) const {
+  auto it = runs_.find(object);
+  if (it != runs_.end()) {
+    for (const ByteRange& run : it->second) {
+      if (range.offset >= run.offset && range.end() <= run.end()) return run;
+    }
+  }
+  return range;
 }
 
 size_t ViewFile::ExtentAt(uint64_t offset) const {

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -115,6 +116,9 @@ class ViewFile {
   const Status& error() const { return error_; }
   // The index of the first extent that ends after `offset`.
   size_t ExtentAt(uint64_t offset) const;
+  // The run of consecutive source bytes of `object` this file reads that holds
+  // `range` (for ReadHints::within): its reads stay inside it.
+  ByteRange RunOf(const std::string& object, ByteRange range) const;
 
   // Read order within a view directory (splitted_model: forward order of the
   // layers), for prefetching the next file of a reader going through them.
@@ -132,6 +136,8 @@ class ViewFile {
   uint64_t size_ = 0;
   uint64_t source_bytes_ = 0;
   std::vector<Extent> extents_;
+  void AddRun(const std::string& object, ByteRange range);
+  std::map<std::string, std::vector<ByteRange>, std::less<>> runs_;  // per source object, in file order
   Status error_;
 };
 

@@ -105,7 +105,8 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
               }
               gather->Arrive();
             },
-            ReadHints{.prefetch = false, .delivered = true});
+            ReadHints{.prefetch = false, .delivered = true,
+                      .within = file->RunOf(e.source.name, ByteRange{e.source_offset, e.length})});
         break;
       }
       case Extent::Kind::kTransform: {
@@ -119,7 +120,8 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
           const uint64_t to = std::min(part_end, t.PartOffset(e.part, s) + (t.PartBytes(e.part, t.SegmentFirst(s) + t.SegmentCount(s)) - seg_begin));
           const uint64_t in_chunk = t.OffsetInSegment(e.part, s) + (from - seg_begin);
           std::shared_ptr<const TensorTransform> transform = e.transform;
-          DeriveFn derive = [this, transform, s](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
+          const ByteRange within = file->RunOf(t.source.name, t.source_range);
+          DeriveFn derive = [this, transform, s, within](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
             const ByteRange src = transform->SourceRange(s);
             engine_.Read(
                 transform->source, src.offset, src.length,
@@ -135,7 +137,7 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
                   publish(std::move(chunk));
                 },
                 // The source bytes live on in the derived chunk: consumed.
-                ReadHints{.prefetch = false, .delivered = true});
+                ReadHints{.prefetch = false, .delivered = true, .within = within});
           };
           engine_.ReadDerived(DerivedKey(t, s), t.SegmentBytes(s), derive,
                               [gather, r, in_chunk, length = to - from](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
@@ -198,7 +200,8 @@ uint64_t ViewReader::PrefetchSources(const ViewFile& file, uint64_t from, uint64
     const uint64_t begin = std::max(at, e.offset) - e.offset;
     if (e.kind == Extent::Kind::kSource) {
       const uint64_t length = std::min(e.length - begin, source_budget);
-      engine_.Prefetch(e.source, ByteRange{e.source_offset + begin, length});
+      engine_.Prefetch(e.source, ByteRange{e.source_offset + begin, length},
+                       file.RunOf(e.source.name, ByteRange{e.source_offset, e.length}));
       source_budget -= length;
       at = e.offset + begin + length;
     } else if (e.kind == Extent::Kind::kTransform && e.part != 0) {
@@ -210,7 +213,8 @@ uint64_t ViewReader::PrefetchSources(const ViewFile& file, uint64_t from, uint64
       uint64_t bytes = t.SourceRange(s0).length;
       while (s1 + 1 < t.segments() && bytes < source_budget) bytes += t.SourceRange(++s1).length;
       const ByteRange first = t.SourceRange(s0);
-      engine_.Prefetch(t.source, ByteRange{first.offset, t.SourceRange(s1).end() - first.offset});
+      engine_.Prefetch(t.source, ByteRange{first.offset, t.SourceRange(s1).end() - first.offset},
+                       file.RunOf(t.source.name, t.source_range));
       source_budget -= std::min(source_budget, bytes);
       at = s1 + 1 < t.segments() ? e.offset + t.PartOffset(e.part, s1 + 1) : e.offset + e.length;
     } else {

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -202,6 +203,9 @@ TEST_F(ViewsMountTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) 
     EXPECT_EQ(testing::ReadWhole(file).size(), fsys::file_size(file));
     idle();
     const uint64_t fetched = Stats(mount->path())["bytes_fetched"].get<uint64_t>() - before;
+    std::printf("%s/model.layers.3.safetensors: fetched %llu bytes for a layer of %llu (%.3fx)\n", view.c_str(),
+                static_cast<unsigned long long>(fetched), static_cast<unsigned long long>(layer),
+                static_cast<double>(fetched) / static_cast<double>(layer));
     EXPECT_GE(fetched, layer) << view;
     EXPECT_LE(fetched, layer * 11 / 10) << view << ": fetched " << fetched << " bytes for a layer of " << layer;
   }

@@ -424,5 +424,32 @@ TEST_F(ReadEngineTest, FailedDerivedChunkIsReportedAndComputedAgainNextTime) {
   EXPECT_EQ(computed, 2);
 }
 
+
+TEST_F(ReadEngineTest, ReadWithinFetchesOnlyInsideItsRange) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // the plan
+  WaitIdle(store);
+  auto plan = engine.PlanOf(shard_.id());
+  ASSERT_GE(plan->size(), 4u);
+  // A range that starts and ends inside chunks it shares with others.
+  const ByteRange within{plan->Chunk(1).offset + 1000, plan->Chunk(2).end() - plan->Chunk(1).offset - 2000};
+  const size_t before = store.reads().size();
+  std::promise<StatusOr<ReadResult>> done;
+  engine.Read(shard_, within.offset, within.length, [&](StatusOr<ReadResult> r) { done.set_value(std::move(r)); },
+              ReadHints{.prefetch = false, .delivered = true, .within = within});
+  StatusOr<ReadResult> r = done.get_future().get();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Bytes(*r), Source(shard_).substr(within.offset, within.length));
+  WaitIdle(store);
+  uint64_t fetched = 0;
+  for (size_t i = before; i < store.reads().size(); ++i) fetched += store.reads()[i].length;
+  EXPECT_EQ(fetched, within.length);
+  // A plain read of the same chunks fetches them whole, and answers correctly.
+  auto whole = ReadSync(engine, shard_, plan->Chunk(1).offset, plan->Chunk(1).length);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(*whole, Source(shard_).substr(plan->Chunk(1).offset, plan->Chunk(1).length));
+}
+
 }  // namespace
 }  // namespace tensorfs
