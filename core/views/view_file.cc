@@ -19,7 +19,8 @@ void StoreFloats(std::span<const float> values, std::span<std::byte> out) {
 
 std::shared_ptr<const TensorTransform> TensorTransform::Make(Op op, ObjectInfo source, std::string tensor,
                                                             ByteRange source_range, Dtype dtype, uint64_t elements,
-                                                            uint64_t unit_elements, uint64_t segment_source_bytes) {
+                                                            uint64_t unit_elements, uint64_t segment_source_bytes,
+                                                            uint64_t transpose_rows) {
   auto t = std::make_shared<TensorTransform>();
   t->op = op;
   t->source = std::move(source);
@@ -30,6 +31,10 @@ std::shared_ptr<const TensorTransform> TensorTransform::Make(Op op, ObjectInfo s
   t->unit = std::max<uint64_t>(1, unit_elements);
   const uint64_t unit_bytes = t->unit * DtypeBits(dtype) / 8;
   t->units_per_segment = std::max<uint64_t>(1, segment_source_bytes / std::max<uint64_t>(1, unit_bytes));
+  if (transpose_rows != 0) {
+    t->transpose_rows = transpose_rows;
+    t->units_per_segment = std::max<uint64_t>(1, CeilDiv(elements, t->unit));
+  }
   return t;
 }
 
@@ -107,55 +112,71 @@ constexpr uint64_t kSliceElements = 32768;
 void TensorTransform::Compute(uint64_t s, std::span<const std::span<const std::byte>> source,
                               std::span<std::byte> out) const {
   const uint64_t element_bytes = DtypeBits(dtype) / 8;
-  const uint64_t first = SegmentFirst(s);
   const uint64_t count = SegmentCount(s);
   uint64_t total = 0;
   for (const auto& piece : source) total += piece.size();
   TENSORFS_CHECK(total == count * element_bytes && out.size() == SegmentBytes(s));
-  const uint64_t scales_at = OffsetInSegment(1, s);  // where part 1 starts (parts() == 2)
-
+  PieceReader reader(source);
+  if (transpose_rows != 0) {  // one segment: the whole tensor
+    const uint64_t rows = transpose_rows;
+    const uint64_t cols = count / rows;
+    std::vector<std::byte> raw(count * element_bytes);
+    std::vector<float> stored(count);
+    std::vector<float> x(count);
+    reader.Read(raw);
+    quant::DecodeFloats(dtype, raw, stored);
+    for (uint64_t r = 0; r < rows; ++r) {
+      for (uint64_t c = 0; c < cols; ++c) x[c * rows + r] = stored[r * cols + c];
+    }
+    Emit(s, 0, x, out);
+    return;
+  }
   thread_local std::vector<std::byte> raw;
   thread_local std::vector<float> x;
-  thread_local std::vector<float> scales;
-  PieceReader reader(source);
   const uint64_t slice = std::max<uint64_t>(1, kSliceElements / unit) * unit;
   for (uint64_t done = 0; done < count; done += slice) {
     const uint64_t n = std::min(slice, count - done);
     raw.resize(n * element_bytes);
     x.resize(n);
-    scales.resize(CeilDiv(n, unit));
     reader.Read(raw);
     quant::DecodeFloats(dtype, raw, x);
-    // Byte offsets of this slice's output within the segment's parts.
-    const uint64_t codes_at = PartBytes(0, first + done) - PartBytes(0, first);
-    const uint64_t codes_len = PartBytes(0, first + done + n) - PartBytes(0, first + done);
-    std::span<std::byte> codes = out.subspan(codes_at, codes_len);
-    std::span<std::byte> scale_bytes =
-        parts() == 2 ? out.subspan(scales_at + done / unit * sizeof(float), scales.size() * sizeof(float))
-                     : std::span<std::byte>();
-    switch (op) {
-      case Op::kNf4:
-        quant::QuantizeNf4(x, unit, {reinterpret_cast<uint8_t*>(codes.data()), codes.size()}, scales);
-        StoreFloats(scales, scale_bytes);
-        break;
-      case Op::kBlockwise8:
-        quant::QuantizeBlockwise8(x, unit, {reinterpret_cast<uint8_t*>(codes.data()), codes.size()}, scales);
-        StoreFloats(scales, scale_bytes);
-        break;
-      case Op::kInt8Rows:
-        for (uint64_t r = 0; r < scales.size(); ++r) {
-          scales[r] = quant::QuantizeRowInt8(std::span<const float>(x).subspan(r * unit, unit),
-                                             {reinterpret_cast<int8_t*>(codes.data()) + r * unit, unit});
-        }
-        StoreFloats(scales, scale_bytes);
-        break;
-      case Op::kCastBf16:
-        quant::EncodeHalf(Dtype::BF16, x, codes);
-        break;
-      case Op::kCastF16:
-        quant::EncodeHalf(Dtype::F16, x, codes);
-        break;
-    }
+    Emit(s, done, x, out);
+  }
+}
+
+void TensorTransform::Emit(uint64_t s, uint64_t done, std::span<const float> x, std::span<std::byte> out) const {
+  const uint64_t first = SegmentFirst(s);
+  const uint64_t n = x.size();
+  const uint64_t codes_at = PartBytes(0, first + done) - PartBytes(0, first);
+  const uint64_t codes_len = PartBytes(0, first + done + n) - PartBytes(0, first + done);
+  std::span<std::byte> codes = out.subspan(codes_at, codes_len);
+  thread_local std::vector<float> scales;
+  scales.resize(CeilDiv(n, unit));
+  std::span<std::byte> scale_bytes =
+      parts() == 2 ? out.subspan(OffsetInSegment(1, s) + done / unit * sizeof(float), scales.size() * sizeof(float))
+                   : std::span<std::byte>();
+  switch (op) {
+    case Op::kNf4:
+      quant::QuantizeNf4(x, unit, {reinterpret_cast<uint8_t*>(codes.data()), codes.size()}, scales);
+      StoreFloats(scales, scale_bytes);
+      return;
+    case Op::kBlockwise8:
+      quant::QuantizeBlockwise8(x, unit, {reinterpret_cast<uint8_t*>(codes.data()), codes.size()}, scales);
+      StoreFloats(scales, scale_bytes);
+      return;
+    case Op::kInt8Rows:
+      for (uint64_t r = 0; r < scales.size(); ++r) {
+        scales[r] = quant::QuantizeRowInt8(x.subspan(r * unit, unit),
+                                           {reinterpret_cast<int8_t*>(codes.data()) + r * unit, unit});
+      }
+      StoreFloats(scales, scale_bytes);
+      return;
+    case Op::kCastBf16:
+      quant::EncodeHalf(Dtype::BF16, x, codes);
+      return;
+    case Op::kCastF16:
+      quant::EncodeHalf(Dtype::F16, x, codes);
+      return;
   }
 }
 

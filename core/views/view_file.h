@@ -55,12 +55,17 @@ struct TensorTransform {
   uint64_t elements = 0;
   uint64_t unit = 1;       // elements per block (kNf4, kBlockwise8) or row (kInt8Rows); 1 for casts
   uint64_t units_per_segment = 1;
+  // Non-zero: the source is a 2-D tensor of this many rows, transformed as
+  // its transpose (a Conv1D weight stored [in, out], quantized as the [out, in]
+  // weight of a Linear layer). The whole tensor is then one segment.
+  uint64_t transpose_rows = 0;
 
   // `unit_elements` is the block size or the row length. Segments hold about
   // `segment_source_bytes` of source data.
   static std::shared_ptr<const TensorTransform> Make(Op op, ObjectInfo source, std::string tensor,
                                                       ByteRange source_range, Dtype dtype, uint64_t elements,
-                                                      uint64_t unit_elements, uint64_t segment_source_bytes);
+                                                      uint64_t unit_elements, uint64_t segment_source_bytes,
+                                                      uint64_t transpose_rows = 0);
 
   int parts() const;
   // Bytes of part `part` for the first `n` elements (n a multiple of unit, or all).
@@ -82,6 +87,11 @@ struct TensorTransform {
   // Computes segment `s` from its source bytes (SourceRange(s), in pieces as
   // the cache holds them) into `out` (SegmentBytes(s)).
   void Compute(uint64_t s, std::span<const std::span<const std::byte>> source, std::span<std::byte> out) const;
+
+ private:
+  // Writes the output of elements [first + done, first + done + x.size()) of
+  // segment `s` (x: those elements, decoded) into `out`, the segment's chunk.
+  void Emit(uint64_t s, uint64_t done, std::span<const float> x, std::span<std::byte> out) const;
 };
 
 struct Extent {

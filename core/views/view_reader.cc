@@ -12,8 +12,8 @@ namespace {
 // names cannot contain a newline, nor can local paths seen through a listing).
 ChunkKey DerivedKey(const TensorTransform& t, uint64_t segment) {
   std::string name = "\n";
-  name += std::to_string(static_cast<int>(t.op)) + ":" + std::to_string(t.unit) + "\n" + t.source.name + "\n" +
-          std::to_string(t.source_range.offset);
+  name += std::to_string(static_cast<int>(t.op)) + ":" + std::to_string(t.unit) + ":" +
+          std::to_string(t.transpose_rows) + "\n" + t.source.name + "\n" + std::to_string(t.source_range.offset);
   return ChunkKey{ObjectId{std::move(name), t.source.generation}, segment};
 }
 

@@ -16,6 +16,12 @@ namespace {
 
 constexpr std::string_view kNf4StateKey = "quant_state.bitsandbytes__nf4";
 
+// transformers keeps these models' projections in Conv1D modules, whose weight
+// is stored [in, out]; its bitsandbytes integration quantizes them as the
+// [out, in] weight of a Linear layer, so @bnb-* quantizes the transpose.
+constexpr std::array<std::string_view, 4> kConv1dModelTypes = {"gpt2", "openai-gpt", "imagegpt",
+                                                               "decision_transformer"};
+
 // One tensor of a view file and where its bytes come from: a source tensor, a
 // part of a transform, or bytes of its own (code tables, quant state JSON).
 struct OutTensor {
@@ -52,9 +58,9 @@ std::string FloatBytes(std::span<const float> values) {
 
 // bitsandbytes packs the non-tensor part of a quant state as the bytes of
 // Python's json.dumps of it (default separators).
-std::string QuantStateJson(const CatalogEntry& e, uint64_t blocksize) {
+std::string QuantStateJson(const CatalogEntry& e, const std::vector<uint64_t>& dims, uint64_t blocksize) {
   std::string shape;
-  for (size_t i = 0; i < e.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(e.shape[i]);
+  for (size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
   return "{\"quant_type\": \"nf4\", \"blocksize\": " + std::to_string(blocksize) + ", \"dtype\": \"" +
          std::string(TorchDtypeName(e.dtype)) + "\", \"shape\": [" + shape + "]}";
 }
@@ -62,6 +68,13 @@ std::string QuantStateJson(const CatalogEntry& e, uint64_t blocksize) {
 class Builder {
  public:
   explicit Builder(const ViewInput& input) : input_(input), checkpoint_(input.scan->checkpoint) {
+    if (input.config_json) {
+      auto config = nlohmann::json::parse(*input.config_json, nullptr, /*allow_exceptions=*/false);
+      if (config.is_object() && config.contains("model_type") && config["model_type"].is_string()) {
+        const std::string type = config["model_type"];
+        conv1d_ = std::find(kConv1dModelTypes.begin(), kConv1dModelTypes.end(), type) != kConv1dModelTypes.end();
+      }
+    }
     for (const FileScan& f : input.scan->files) {
       if (!f.header.ok()) broken_files_.emplace(f.object.name, f.header.status());
     }
@@ -146,10 +159,10 @@ class Builder {
         const bool block_weight = kinds.at(e.name) == LayerGroup::Kind::kBlock && e.shape.size() == 2 &&
                                   e.name.ends_with(".weight") && IsCastable(e);
         if (kind == ViewKind::kBnbNf4 && block_weight) {
-          AddNf4(e, ".", tensors);
+          AddNf4(e, ".", tensors, /*transpose=*/conv1d_);
           quantized_dtype = quantized_dtype.value_or(e.dtype);
         } else if (kind == ViewKind::kBnbInt8 && block_weight) {
-          AddInt8(e, tensors);
+          AddInt8(e, tensors, /*transpose=*/conv1d_);
           quantized_dtype = quantized_dtype.value_or(e.dtype);
         } else if ((kind == ViewKind::kBf16 || kind == ViewKind::kF16) && e.dtype == Dtype::F32 && IsCastable(e)) {
           auto t = TensorTransform::Make(kind == ViewKind::kBf16 ? TensorTransform::Op::kCastBf16
@@ -217,11 +230,13 @@ class Builder {
     return OutTensor{.name = e.name, .dtype = e.dtype, .shape = e.shape, .source = &e};
   }
 
-  void AddNf4(const CatalogEntry& e, std::string_view separator, std::vector<OutTensor>& out) const {
+  void AddNf4(const CatalogEntry& e, std::string_view separator, std::vector<OutTensor>& out,
+              bool transpose = false) const {
     const uint64_t n = Elements(e.shape);
     auto t = TensorTransform::Make(TensorTransform::Op::kNf4, ObjectOf(e), e.name, e.range, e.dtype, n,
-                                   quant::kNf4BlockSize, input_.segment_bytes);
-    const std::string json = QuantStateJson(e, quant::kNf4BlockSize);
+                                   quant::kNf4BlockSize, input_.segment_bytes, transpose ? e.shape[0] : 0);
+    const std::string json = QuantStateJson(e, transpose ? std::vector<uint64_t>{e.shape[1], e.shape[0]} : e.shape,
+                                            quant::kNf4BlockSize);
     const std::string prefix = e.name + std::string(separator);
     out.push_back({.name = e.name, .dtype = Dtype::U8, .shape = {(n + 1) / 2, 1}, .transform = t, .part = 0});
     out.push_back({.name = prefix + "absmax", .dtype = Dtype::F32, .shape = {t->PartSize(1) / 4}, .transform = t,
@@ -242,12 +257,13 @@ class Builder {
                    .bytes = FloatBytes(quant::DynamicCode())});
   }
 
-  void AddInt8(const CatalogEntry& e, std::vector<OutTensor>& out) const {
+  void AddInt8(const CatalogEntry& e, std::vector<OutTensor>& out, bool transpose = false) const {
+    const std::vector<uint64_t> shape = transpose ? std::vector<uint64_t>{e.shape[1], e.shape[0]} : e.shape;
     auto t = TensorTransform::Make(TensorTransform::Op::kInt8Rows, ObjectOf(e), e.name, e.range, e.dtype,
-                                   Elements(e.shape), e.shape[1], input_.segment_bytes);
+                                   Elements(e.shape), shape[1], input_.segment_bytes, transpose ? e.shape[0] : 0);
     const std::string module = e.name.substr(0, e.name.size() - std::string_view("weight").size());
-    out.push_back({.name = e.name, .dtype = Dtype::I8, .shape = e.shape, .transform = t, .part = 0});
-    out.push_back({.name = module + "SCB", .dtype = Dtype::F32, .shape = {e.shape[0]}, .transform = t, .part = 1});
+    out.push_back({.name = e.name, .dtype = Dtype::I8, .shape = shape, .transform = t, .part = 0});
+    out.push_back({.name = module + "SCB", .dtype = Dtype::F32, .shape = {shape[0]}, .transform = t, .part = 1});
   }
 
   std::shared_ptr<ViewFile> MakeFile(std::vector<OutTensor> outs) const {
@@ -307,6 +323,7 @@ class Builder {
   const Checkpoint& checkpoint_;
   std::map<std::string, Status> broken_files_;          // object name -> why
   std::map<std::string, std::string> broken_tensors_;   // tensor -> object name, from the index
+  bool conv1d_ = false;  // projections are Conv1D weights (see kConv1dModelTypes)
 };
 
 }  // namespace

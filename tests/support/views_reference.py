@@ -613,6 +613,28 @@ class SourceTensor(object):
         return decode_f32(self.raw(), self.dtype)
 
 
+# transformers keeps these models' projections in Conv1D modules, whose weight
+# is stored [in, out]; its bitsandbytes integration quantizes them as the
+# [out, in] weight of a Linear layer, so the @bnb-* views quantize the transpose.
+CONV1D_MODEL_TYPES = ("gpt2", "openai-gpt", "imagegpt", "decision_transformer")
+
+
+class TransposedTensor(object):
+    """A 2-D SourceTensor seen transposed (for Conv1D weights in @bnb-*)."""
+
+    def __init__(self, t):
+        self._t = t
+        self.name, self.dtype, self.shape = t.name, t.dtype, [t.shape[1], t.shape[0]]
+        self.cache_tag = "T"
+
+    @property
+    def n(self):
+        return self._t.n
+
+    def f32(self):
+        return np.ascontiguousarray(self._t.f32().reshape(self._t.shape).T).reshape(-1)
+
+
 class Source(object):
     """A local checkpoint directory: shards (*.safetensors), optional index,
     config and other files."""
@@ -754,13 +776,13 @@ class Quantizer(object):
         return v
 
     def nf4(self, t):
-        return self._get(("nf4", t.name), lambda: quantize_nf4(t.f32()))
+        return self._get(("nf4", t.name, getattr(t, "cache_tag", "")), lambda: quantize_nf4(t.f32()))
 
     def q8(self, t):
-        return self._get(("q8", t.name), lambda: quantize_blockwise(t.f32()))
+        return self._get(("q8", t.name, getattr(t, "cache_tag", "")), lambda: quantize_blockwise(t.f32()))
 
     def int8(self, t):
-        return self._get(("int8", t.name), lambda: int8_rowwise(t.f32(), t.shape[0]))
+        return self._get(("int8", t.name, getattr(t, "cache_tag", "")), lambda: int8_rowwise(t.f32(), t.shape[0]))
 
 
 def _passthrough(t, name=None):
@@ -870,7 +892,10 @@ def build_view(src, view, qz=None):
         shards = OrderedDict()
         for shard in src.shards:
             entries = []
+            conv1d = (src.config or {}).get("model_type") in CONV1D_MODEL_TYPES
             for t in src.in_shard(shard):
+                if view in ("@bnb-nf4", "@bnb-int8") and bnb_quantizes(t) and conv1d:
+                    t = TransposedTensor(t)
                 if view == "@bnb-nf4" and bnb_quantizes(t):
                     entries.extend(_nf4_entries(t, qz, "."))
                 elif view == "@bnb-int8" and bnb_quantizes(t):

@@ -328,6 +328,40 @@ TEST_F(ViewsTest, CorruptShardBreaksOnlyTheFilesThatNeedIt) {
   EXPECT_EQ(*raw, bytes);
 }
 
+// GPT-2 keeps its projections in Conv1D modules, stored [in, out];
+// transformers quantizes them as the [out, in] weight of a Linear layer.
+TEST_F(ViewsTest, Conv1dWeightsAreQuantizedTransposed) {
+  testing::ModelSpec spec{.arch = testing::Arch::kGpt2, .dtype = Dtype::F32};
+  Put(spec, 1);
+  Mount();
+  const std::string name = "transformer.h.1.mlp.c_fc.weight";  // [hidden, intermediate] = [in, out]
+  const uint64_t in = spec.hidden;
+  const uint64_t out = spec.intermediate;
+  const std::string source = testing::ExpectedTensorBytes(name, Dtype::F32, in * out * 4);
+  std::vector<float> stored(in * out);
+  std::memcpy(stored.data(), source.data(), source.size());
+  std::vector<int8_t> rows(in * out);
+  std::vector<float> scb(out);
+  std::vector<float> row(in);
+  for (uint64_t o = 0; o < out; ++o) {
+    for (uint64_t i = 0; i < in; ++i) row[i] = stored[i * out + o];
+    scb[o] = quant::QuantizeRowInt8(row, std::span<int8_t>(rows).subspan(o * in, in));
+  }
+  auto int8 = Tensors("m/@bnb-int8/model.safetensors");
+  ASSERT_TRUE(int8.contains(name));
+  EXPECT_EQ(int8[name].first.shape, (std::vector<uint64_t>{out, in}));
+  EXPECT_EQ(int8[name].second, std::string(reinterpret_cast<const char*>(rows.data()), rows.size()));
+  EXPECT_EQ(int8["transformer.h.1.mlp.c_fc.SCB"].second,
+            std::string(reinterpret_cast<const char*>(scb.data()), scb.size() * 4));
+  auto nf4 = Tensors("m/@bnb-nf4/model.safetensors");
+  EXPECT_THAT(nf4[name + ".quant_state.bitsandbytes__nf4"].second,
+              HasSubstr("\"shape\": [" + std::to_string(out) + ", " + std::to_string(in) + "]"));
+  // The AirLLM layout keeps the stored orientation.
+  auto split = Tensors("m/splitted_model.4bit/transformer.h.1.safetensors");
+  EXPECT_THAT(split[name + ".4bit.quant_state.bitsandbytes__nf4"].second,
+              HasSubstr("\"shape\": [" + std::to_string(in) + ", " + std::to_string(out) + "]"));
+}
+
 TEST(ParseViewListTest, AcceptsAllNoneAndNames) {
   EXPECT_EQ(ParseViewList("all")->size(), kAllViews.size());
   EXPECT_TRUE(ParseViewList("none")->empty());
