@@ -12,7 +12,7 @@ the source with views_reference.py. Checked, per view:
   - the directory listing is exactly the expected set of names;
   - st_size (stat'ed before anything is read) equals the real length;
   - .safetensors files follow the view rules (8+N multiple of 8, space
-    padding, "__metadata__" {"format":"pt"} first, tensors in the spec's
+    padding, "__metadata__" {"format":"pt"} first, tensors in the documented
     order, offsets tiling the data) and the header bytes equal the compact
     serialization; every tensor's bytes equal the reference bit for bit, read
     with plain read() and again through a numpy.memmap of the whole file
@@ -316,7 +316,7 @@ def check_json_file(rep, where, path, exp, st_size):
                             rep.error(where, d)
                 extra = [kk for kk in qg if kk not in qw]
                 if extra:
-                    rep.warn(where, "quantization_config has keys the spec does not list: %s" % ", ".join(extra))
+                    rep.warn(where, "quantization_config has keys the view format does not list: %s" % ", ".join(extra))
                 continue
             if k not in got:
                 rep.error(where, "key %r missing" % k)

@@ -4,7 +4,7 @@
 Independent of the C++ code: everything here follows the published algorithms
 of bitsandbytes (csrc/kernels.cu, bitsandbytes/functional.py), the layout that
 AirLLM writes and reads (airllm/utils.py, persist/safetensor_model_persister.py)
-and the safetensors file format, as the views spec pins them down.
+and the safetensors file format, as the views (core/views/views.h, README "Virtual views") pin them down.
 
 Contents
   - safetensors: parse_header / parse_file / serialize_header / serialize_file
@@ -19,7 +19,7 @@ Contents
   - AirLLM emulation: airllm_layers, airllm_already_split,
     airllm_uncompress_layer
 
-All float arithmetic that the spec defines in float32 is done in float32.
+All float arithmetic that the format defines in float32 is done in float32.
 BF16 has no numpy dtype: BF16 data is handled as uint16 bit patterns.
 """
 import json
@@ -221,7 +221,7 @@ def tensor_header_entry(name, dtype, shape, begin, end):
 
 def serialize_header(entries):
     """entries: list of (name, dtype, shape, nbytes) in file order.
-    Returns the 8+N header bytes of the spec's compact serialization:
+    Returns the 8+N header bytes of the views' compact serialization:
     {"__metadata__":{"format":"pt"},"name":{...},...} padded with spaces so
     that 8+N is a multiple of 8."""
     parts = ['{"__metadata__":{"format":"pt"}']
