@@ -105,44 +105,44 @@ def load(args):
         emit({"progress": True, "bytes": loaded, "tensors": tensors, "files": files_done,
               "start": started, "end": time.monotonic()})
 
+    def go_on():
+        if args.max_tensors is not None and tensors >= args.max_tensors:
+            return False
+        return args.deadline is None or time.monotonic() - started <= args.deadline
+
+    def copied(nbytes):
+        nonlocal loaded, tensors
+        loaded += nbytes
+        tensors += 1
+        progress()
+
     for path in args.files:
         if not complete:
             break
-        with MappedSafetensors(path) as st:
-            loaded += st.data_start
-            spans = tensor_spans(st.header)
-            if args.order == "random":
-                random.Random(args.seed).shuffle(spans)
-            for begin, end in spans:
-                if args.max_tensors is not None and tensors >= args.max_tensors:
-                    complete = False
-                    break
-                if args.deadline is not None and time.monotonic() - started > args.deadline:
-                    complete = False
-                    break
-                data = st.view[st.data_start + begin:st.data_start + end].copy()  # the loader's memcpy
-                del data
-                loaded += end - begin
-                tensors += 1
-                progress()
+        before = loaded
+        file_bytes, _, complete = load_file_copy(path, go_on, copied, args.order, args.seed)
+        loaded = before + file_bytes  # the tensors copied() counted, and the header
         files_done += 1
         progress()
     emit({"bytes": loaded, "tensors": tensors, "files": files_done, "complete": complete,
           "start": started, "end": time.monotonic()})
 
 
-def load_file_copy(path, go_on, copied):
+def load_file_copy(path, go_on, copied, order="storage", seed=1):
     """safetensors.torch.load_file's I/O: mmap, parse the header, copy every
-    tensor out (storage order, as load_file's offset_keys() gives). go_on() is
-    asked before each tensor (False: stop there); copied(nbytes) is told after
-    each copy. Returns (bytes loaded, header included; tensors copied; whether
-    every tensor was copied)."""
+    tensor out (storage order, as load_file's offset_keys() gives, or shuffled
+    with `seed` for order "random"). go_on() is asked before each tensor
+    (False: stop there); copied(nbytes) is told after each copy. Returns (bytes
+    loaded, header included; tensors copied; whether every tensor was copied)."""
     loaded = 0
     tensors = 0
     whole = True
     with MappedSafetensors(path) as st:
         loaded += st.data_start
-        for begin, end in tensor_spans(st.header):
+        spans = tensor_spans(st.header)
+        if order == "random":
+            random.Random(seed).shuffle(spans)
+        for begin, end in spans:
             if not go_on():
                 whole = False
                 break

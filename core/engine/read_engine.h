@@ -56,11 +56,12 @@ struct EngineOptions {
 };
 
 // How a read takes part in prefetching. The kernel's reads of a plain file use
-// the defaults: they drive the stream prefetch and count as served. Reads made
-// on behalf of a view file (which prefetches the ranges it needs itself and
-// counts its own reads) set `prefetch` false; when the bytes are the input of a
-// computation rather than handed to the kernel, `delivered` is false too, so
-// the chunk is not marked consumed (which would make it the first to evict).
+// the defaults: they drive the stream prefetch, count as served, and mark the
+// bytes delivered (a chunk whose bytes all went out is the first to evict).
+// Reads made on behalf of a view file set `prefetch` false: the view reader
+// prefetches the ranges it needs itself and counts its own reads. Reads whose
+// bytes will be needed again (the catalog's header reads, which loaders repeat)
+// set `delivered` false.
 //
 // `within`, when set, is the part of the object the caller reads (a view file's
 // run of tensors in it): a chunk the read needs that is neither cached nor
@@ -164,9 +165,10 @@ class ReadEngine {
   bool RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep = false)
       REQUIRES(mu_);
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
+  // Requests the chunks (or edge pieces) covering `range` at prefetch priority.
+  void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
   // the prefetches it calls for.
-  void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   void UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader

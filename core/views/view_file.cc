@@ -59,14 +59,14 @@ uint64_t TensorTransform::SegmentCount(uint64_t s) const {
 uint64_t TensorTransform::SegmentBytes(uint64_t s) const {
   uint64_t bytes = 0;
   for (int p = 0; p < parts(); ++p) {
-    bytes += PartBytes(p, SegmentFirst(s) + SegmentCount(s)) - PartBytes(p, SegmentFirst(s));
+    bytes += PartEnd(p, s) - PartOffset(p, s);
   }
   return bytes;
 }
 
 uint64_t TensorTransform::OffsetInSegment(int part, uint64_t s) const {
   uint64_t offset = 0;
-  for (int p = 0; p < part; ++p) offset += PartBytes(p, SegmentFirst(s) + SegmentCount(s)) - PartBytes(p, SegmentFirst(s));
+  for (int p = 0; p < part; ++p) offset += PartEnd(p, s) - PartOffset(p, s);
   return offset;
 }
 

@@ -80,6 +80,7 @@ struct TensorTransform {
   uint64_t SegmentBytes(uint64_t s) const;
   // Where part `part` of segment `s` starts: in the part's output, and in the chunk.
   uint64_t PartOffset(int part, uint64_t s) const { return PartBytes(part, SegmentFirst(s)); }
+  uint64_t PartEnd(int part, uint64_t s) const { return PartBytes(part, SegmentFirst(s) + SegmentCount(s)); }
   uint64_t OffsetInSegment(int part, uint64_t s) const;
   // The source bytes segment `s` needs (absolute).
   ByteRange SourceRange(uint64_t s) const;

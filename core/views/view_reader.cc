@@ -117,7 +117,7 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
           ReadResult* r = &gather->slots[slot++];
           const uint64_t seg_begin = t.PartOffset(e.part, s);
           const uint64_t from = std::max(part_begin, seg_begin);
-          const uint64_t to = std::min(part_end, t.PartOffset(e.part, s) + (t.PartBytes(e.part, t.SegmentFirst(s) + t.SegmentCount(s)) - seg_begin));
+          const uint64_t to = std::min(part_end, t.PartEnd(e.part, s));
           const uint64_t in_chunk = t.OffsetInSegment(e.part, s) + (from - seg_begin);
           std::shared_ptr<const TensorTransform> transform = e.transform;
           const ByteRange within = file->RunOf(t.source.name, t.source_range);

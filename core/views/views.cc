@@ -69,11 +69,16 @@ class Builder {
  public:
   explicit Builder(const ViewInput& input) : input_(input), checkpoint_(input.scan->checkpoint) {
     if (input.config_json) {
-      auto config = nlohmann::json::parse(*input.config_json, nullptr, /*allow_exceptions=*/false);
-      if (config.is_object() && config.contains("model_type") && config["model_type"].is_string()) {
-        const std::string type = config["model_type"];
-        conv1d_ = std::find(kConv1dModelTypes.begin(), kConv1dModelTypes.end(), type) != kConv1dModelTypes.end();
+      auto config = nlohmann::ordered_json::parse(*input.config_json, nullptr, /*allow_exceptions=*/false);
+      if (config.is_object()) {
+        config_ = std::move(config);
+      } else {
+        spdlog::warn("config.json is not a JSON object; the views show it unchanged");
       }
+    }
+    if (config_ && config_->contains("model_type") && (*config_)["model_type"].is_string()) {
+      const std::string type = (*config_)["model_type"];
+      conv1d_ = std::find(kConv1dModelTypes.begin(), kConv1dModelTypes.end(), type) != kConv1dModelTypes.end();
     }
     for (const FileScan& f : input.scan->files) {
       if (!f.header.ok()) broken_files_.emplace(f.object.name, f.header.status());
@@ -140,8 +145,11 @@ class Builder {
     for (const LayerGroup& g : input_.grouper->Group(checkpoint_.TensorNames())) {
       for (const std::string& t : g.tensors) kinds.emplace(t, g.kind);
     }
+    // The catalog's tensors (storage order) of each file.
+    std::vector<std::vector<const CatalogEntry*>> by_file(checkpoint_.files().size());
+    for (const CatalogEntry& e : checkpoint_.tensors()) by_file[e.file_index].push_back(&e);
     std::vector<ViewEntry> out;
-    nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+    std::map<std::string, std::string> weight_map;  // sorted by tensor name, as transformers writes it
     uint64_t total_size = 0;
     std::optional<Dtype> quantized_dtype;
     for (const FileScan& f : input_.scan->files) {
@@ -154,8 +162,9 @@ class Builder {
         continue;
       }
       std::vector<OutTensor> tensors;
-      for (const CatalogEntry& e : checkpoint_.tensors()) {
-        if (e.file != f.object.name) continue;
+      const CheckpointFile* file = checkpoint_.FindFile(f.object.name);
+      for (const CatalogEntry* entry : by_file[file - checkpoint_.files().data()]) {
+        const CatalogEntry& e = *entry;
         const bool block_weight = kinds.at(e.name) == LayerGroup::Kind::kBlock && e.shape.size() == 2 &&
                                   e.name.ends_with(".weight") && IsCastable(e);
         if (kind == ViewKind::kBnbNf4 && block_weight) {
@@ -187,20 +196,13 @@ class Builder {
       if (IsIndexFileName(other.name)) {
         nlohmann::ordered_json index;
         index["metadata"]["total_size"] = total_size;
-        nlohmann::ordered_json sorted = nlohmann::ordered_json::object();
-        std::map<std::string, std::string> by_name;
-        for (auto& [name, file] : weight_map.items()) by_name.emplace(name, file.get<std::string>());
-        for (auto& [name, file] : by_name) sorted[name] = file;
-        index["weight_map"] = std::move(sorted);
+        index["weight_map"] = weight_map;
         out.push_back({base, Synthesized(index.dump(2) + "\n")});
         continue;
       }
-      if (base == "config.json" && input_.config_json) {
-        std::optional<std::string> config = RewriteConfig(kind, *input_.config_json, quantized_dtype);
-        if (config) {
-          out.push_back({base, Synthesized(std::move(*config))});
-          continue;
-        }
+      if (base == "config.json" && config_) {
+        out.push_back({base, Synthesized(RewriteConfig(kind, *config_, quantized_dtype))});
+        continue;
       }
       auto file = std::make_shared<ViewFile>();
       file->AddSource(other, ByteRange{0, other.size});
@@ -289,13 +291,7 @@ class Builder {
     return file;
   }
 
-  static std::optional<std::string> RewriteConfig(ViewKind kind, const std::string& text,
-                                                  std::optional<Dtype> quantized_dtype) {
-    nlohmann::ordered_json config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object()) {
-      spdlog::warn("config.json is not a JSON object; the views show it unchanged");
-      return std::nullopt;
-    }
+  static std::string RewriteConfig(ViewKind kind, nlohmann::ordered_json config, std::optional<Dtype> quantized_dtype) {
     if (kind == ViewKind::kBf16 || kind == ViewKind::kF16) {
       if (config.contains("torch_dtype")) config["torch_dtype"] = kind == ViewKind::kBf16 ? "bfloat16" : "float16";
       return config.dump(2) + "\n";
@@ -323,6 +319,7 @@ class Builder {
   const Checkpoint& checkpoint_;
   std::map<std::string, Status> broken_files_;          // object name -> why
   std::map<std::string, std::string> broken_tensors_;   // tensor -> object name, from the index
+  std::optional<nlohmann::ordered_json> config_;  // config.json, when it is a JSON object
   bool conv1d_ = false;  // projections are Conv1D weights (see kConv1dModelTypes)
 };
 
