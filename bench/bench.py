@@ -21,6 +21,15 @@ reset before each run:
       (embeddings, blocks 0..N-1, norm, head) loaded as safetensors' load_file
       does, nothing computed in between
   W7  the same over splitted_model.4bit/ (NF4, quantized by tensorfs as it reads)
+  W8  sharded: N hosts (--hosts, default 4 and 8), each its own tensorfs process
+      and mount of the same gs:// checkpoint (separate caches, as separate hosts
+      have), started together on the link; host r copies out dim-0 slice r of N
+      of every tensor, (a) by mmap in storage order, (b) in a shuffled order
+  W9  the same with dim-1 (column) slices: every row gives a small piece (report
+      only)
+  W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
+      order as W1 loads the shards; every stacked tensor gathers its layers'
+      source tensors from all over the shards
 
 W6 and W7 are rated over the SOURCE bytes of the layers they loaded (the
 checkpoint's tensor bytes, which is what the link carries), and report the time
@@ -645,6 +654,79 @@ class Bench:
 
         self.run_tensorfs_cold(f"tensorfs W3 {n} processes", "W3", "w3", body)
 
+    def run_sharded(self, workload, world, order):
+        """W8/W9: `world` hosts, each its own mount, reading their slices at once."""
+        dim = 0 if workload == "W8" else 1
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+        label = f"{workload.lower()}-{world}-{order}"
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            mounts = []
+            try:
+                for rank in range(world):
+                    mounts.append(self.mount_tensorfs(self.prefix, f"{label}-r{rank}")[:2])
+                start_at = time.monotonic() + 1.5  # after every loader has imported numpy
+                procs = []
+                for rank, (mnt, _) in enumerate(mounts):
+                    cmd = [PYTHON, LOADER_PY, "slice", *[os.path.join(mnt, s) for s in self.shards],
+                           "--rank", str(rank), "--world", str(world), "--dim", str(dim), "--order", order,
+                           "--seed", str(self.args.seed), "--start-at", f"{start_at:.6f}"]
+                    if self.args.deadline:
+                        cmd += ["--deadline", str(self.args.deadline)]
+                    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                hosts = []
+                for rank, proc in enumerate(procs):
+                    timeout = self.hard_timeout()
+                    try:
+                        out, err = proc.communicate(timeout=None if timeout is None else timeout + 2)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        out, err = proc.communicate()
+                    parsed = last_json(out)
+                    if parsed is None:
+                        raise RuntimeError(f"host {rank}: loader exited with {proc.returncode}: {err.strip()[-300:]}")
+                    hosts.append(parsed)
+                per_host = []
+                for rank, ((mnt, proc), out) in enumerate(zip(mounts, hosts)):
+                    stats = self.tensorfs_stats(mnt) or {}
+                    needed = out["bytes"]
+                    seconds = out["end"] - out["start"]
+                    limit = needed / (self.total_rate / world) + 2 * self.rtt
+                    per_host.append({"rank": rank, "needed": needed, "fetched": stats.get("bytes_fetched"),
+                                     "seconds": seconds, "limit_seconds": limit,
+                                     "pct_link": 100.0 * (needed / (self.total_rate / world) + self.rtt) / seconds,
+                                     "complete": bool(out.get("complete")), "peak_rss": peak_rss(proc.pid)})
+            finally:
+                for mnt, proc in mounts:
+                    self.procs.unmount(mnt, proc)
+            self.take_stats(result)
+            result.seconds = max(h["seconds"] for h in per_host)
+            result.bytes_needed = sum(h["needed"] for h in per_host)
+            result.complete = all(h["complete"] for h in per_host)
+            result.files = len(self.shards)
+            result.link_seconds = result.bytes_needed / self.total_rate + self.rtt
+            result.extra.update(hosts=per_host, world=world, order=order, dim=dim,
+                                checkpoint_bytes=self.checkpoint_bytes,
+                                sent_over_checkpoint=result.bytes_fetched / self.checkpoint_bytes)
+            result.note = (f"{world} hosts, dim {dim}, {order} order; server sent "
+                           f"{result.bytes_fetched / self.checkpoint_bytes:.2f}x the checkpoint")
+            if not result.complete:
+                result.note = f"partial: stopped after {self.args.deadline:.0f} s; " + result.note
+
+        self.guarded(f"tensorfs {workload} {world} hosts dim-{dim} {order}", "tensorfs", workload, body)
+
+    def run_w10(self):
+        """W10: @stacked/ of a fresh mount, its files loaded in order as W1 loads the shards."""
+        def body(result, mnt):
+            view = os.path.join(mnt, "@stacked")
+            files = sorted(n for n in os.listdir(view) if n.endswith(".safetensors"))
+            self.load_one(result, [os.path.join(view, n) for n in files])
+            result.note = (result.note + "; " if result.note else "") + f"{len(files)} stacked files"
+
+        self.run_tensorfs_cold("tensorfs W10 @stacked/ in order", "W10", "w10", body)
+
     def headers_run(self, result, mnt):
         out, err = run_json([PYTHON, LOADER_PY, "headers", mnt], self.hard_timeout() or 600)
         if out is None:
@@ -917,6 +999,13 @@ class Bench:
         for workload in LAYER_WORKLOADS:
             if workload in w:
                 self.run_layers(workload)
+        for workload, orders in (("W8", ("storage", "random")), ("W9", ("storage",))):
+            if workload in w:
+                for world in a.hosts:
+                    for order in orders:
+                        self.run_sharded(workload, world, order)
+        if "W10" in w:
+            self.run_w10()
         if "memfs" in a.peers:
             self.run_memfs("W4" in w)
         if "naive" in a.peers:
@@ -978,6 +1067,26 @@ def table(results):
              for row in [header] + rows]
     lines.insert(1, "-" * max(len(l) for l in lines))
     return "\n".join(lines)
+
+
+def hosts_section(bench):
+    """Per-host lines of the sharded runs (W8, W9)."""
+    lines = []
+    for r in bench.results:
+        if r.workload not in ("W8", "W9") or r.error or not r.extra.get("hosts"):
+            continue
+        lines.append(f"{r.name}: server sent {r.bytes_fetched / MiB:.1f} MiB = "
+                     f"{r.extra['sent_over_checkpoint']:.2f}x the checkpoint"
+                     + ("" if r.complete else " (partial)"))
+        lines.append("  host  needed MiB  fetched MiB  fetched/needed  seconds  bound s  % link share  RSS MiB")
+        for h in r.extra["hosts"]:
+            fetched = h["fetched"]
+            lines.append(f"  {h['rank']:>4}  {h['needed'] / MiB:>10.1f}  "
+                         f"{'-' if fetched is None else format(fetched / MiB, '.1f'):>11}  "
+                         f"{'-' if fetched is None else format(fetched / max(h['needed'], 1), '.3f'):>14}  "
+                         f"{h['seconds']:>7.2f}  {1.3 * h['limit_seconds']:>7.2f}  {h['pct_link']:>12.0f}  "
+                         f"{'-' if h['peak_rss'] is None else format(h['peak_rss'] / MiB, '.0f'):>7}")
+    return lines
 
 
 def quant_section(bench):
@@ -1069,6 +1178,36 @@ def evaluate(bench):
             out.append((f"{workload} bytes fetched <= 1.1 x bytes needed", r.fetched_ratio <= 1.1,
                         f"{r.bytes_fetched / MiB:.1f} MiB fetched for {r.bytes_needed / MiB:.1f} MiB of source = "
                         f"{r.fetched_ratio:.3f}x{partial(r)}"))
+    for r in res:
+        if r.workload != "W8" or r.error or not r.extra.get("hosts"):
+            continue
+        world, order = r.extra["world"], r.extra["order"]
+        chunk = bench.chunk_size or 8 * MiB
+        allowance = len(bench.shards) * chunk
+        fetched_ok = all(h["fetched"] is not None and h["fetched"] <= 1.15 * h["needed"] + allowance
+                         for h in r.extra["hosts"])
+        worst = max(r.extra["hosts"], key=lambda h: (h["fetched"] or 0) - 1.15 * h["needed"])
+        out.append((f"W8 {world} hosts {order}: each host fetches <= 1.15 x its needed bytes + one chunk per shard",
+                    fetched_ok, f"worst host {worst['rank']}: {(worst['fetched'] or 0) / MiB:.1f} MiB fetched for "
+                    f"{worst['needed'] / MiB:.1f} MiB needed (bound {(1.15 * worst['needed'] + allowance) / MiB:.1f})"
+                    f"{partial(r)}"))
+        slowest = max(r.extra["hosts"], key=lambda h: h["seconds"] / h["limit_seconds"])
+        out.append((f"W8 {world} hosts {order}: each host done within 1.3 x (needed / its share of the link "
+                    f"+ 2 round trips)", all(h["seconds"] <= 1.3 * h["limit_seconds"] for h in r.extra["hosts"]),
+                    f"slowest host {slowest['rank']}: {slowest['seconds']:.2f} s vs bound "
+                    f"{1.3 * slowest['limit_seconds']:.2f} s{partial(r)}"))
+        if world == 8:
+            sent = r.extra["sent_over_checkpoint"]
+            out.append((f"W8 8 hosts {order}: bytes the server sent <= 1.3 x the checkpoint", sent <= 1.3,
+                        f"{r.bytes_fetched / MiB:.0f} MiB sent = {sent:.2f}x the checkpoint{partial(r)}"))
+    w10 = find(res, "tensorfs", "W10")
+    if ok(w10):
+        out.append(("W10 @stacked/ >= 90% of the link limit", w10.pct_link >= 90,
+                    f"{w10.mbps:.1f} MB/s = {w10.pct_link:.0f}% of {bench.total_rate / MB:.1f} MB/s{partial(w10)}"))
+        if w10.fetched_ratio is not None:
+            out.append(("W10 bytes fetched <= 1.05 x bytes needed", w10.fetched_ratio <= 1.05,
+                        f"{w10.bytes_fetched / MiB:.1f} MiB fetched for {w10.bytes_needed / MiB:.1f} MiB = "
+                        f"{w10.fetched_ratio:.3f}x{partial(w10)}"))
     if bench.quant is not None:
         measured = {n: q for n, q in bench.quant.items() if q is not None and "error" not in q}
         missing = [n for n in QUANT_CASES if bench.quant.get(n) is None or "error" in bench.quant[n]]
@@ -1196,7 +1335,7 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7", help="comma-separated subset of W1..W7")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7,W10", help="comma-separated subset of W1..W10")
     p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
                                    "none when only W6/W7 run: the peers run W1 to W5)")
     p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
@@ -1206,6 +1345,7 @@ def parse_args(argv):
                         "(default 90; 30 with --quick)")
     p.add_argument("--quick", action="store_true", help="256 MiB checkpoint and 30 s deadline unless given")
     p.add_argument("--processes", type=int, default=4, help="W3 loader processes")
+    p.add_argument("--hosts", default="4,8", help="W8/W9: the numbers of hosts to run, comma-separated")
     p.add_argument("--warm-passes", type=int, default=3, help="W4 passes (tensorfs and memfs); the fastest counts")
     p.add_argument("--w5-shards", type=int, default=100)
     p.add_argument("--w5-layers", type=int, default=100)
@@ -1231,12 +1371,13 @@ def parse_args(argv):
     a.conn_mbit = a.conn_mbit or a.link_mbit / 10
     a.warm_passes = max(1, a.warm_passes)
     a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
+    a.hosts = [int(x) for x in str(a.hosts).split(",") if x.strip()]
     if a.peers is None:
         a.peers = "none" if set(a.workloads) <= set(LAYER_WORKLOADS) else "naive,staging,rclone,memfs"
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
     for w in a.workloads:
-        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7"):
+        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10"):
             p.error(f"unknown workload {w}")
     for x in a.peers:
         if x not in ("naive", "staging", "rclone", "memfs"):
@@ -1286,6 +1427,9 @@ def main(argv):
     print()
     print(table(bench.results))
     print()
+    if hosts_section(bench):
+        print("\n".join(hosts_section(bench)))
+        print()
     if a.micro_bench or bench.quant is not None:
         print("\n".join(quant_section(bench)))
         print()

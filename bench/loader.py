@@ -22,6 +22,17 @@
       layer cut short counts its share by the bytes it loaded). The final line
       has "layers": [{"file", "bytes", "tensors", "end"}] per layer loaded.
 
+  loader.py slice FILE... --rank R --world N [--dim 0|1] [--order storage|random]
+                          [--seed N] [--deadline S] [--start-at T]
+      One host of a sharded job: for every tensor of every FILE, copies out
+      its slice R of N along dimension --dim (rows [R*n//N, (R+1)*n//N) of
+      the first dimension, as FSDP-style sharding and JAX's
+      make_array_from_callback over a numpy.memmap read them; or columns of
+      the second, each row contributing a small piece), through mmap, in
+      storage order or in a shuffled order over all tensors of the file (the
+      way safetensors' get_slice over a dict of names goes). 1-D tensors are
+      sliced along their only dimension. "bytes" is what the slices hold.
+
   loader.py headers DIR [--start-at T]
       `ls -l DIR`, then for every *.safetensors file in DIR: open it, read the
       8-byte length and the header JSON with read(), parse it.
@@ -154,6 +165,53 @@ def load_file_copy(path, go_on, copied, order="storage", seed=1):
     return loaded, tensors, whole
 
 
+def slice_bounds(n, rank, world):
+    return rank * n // world, (rank + 1) * n // world
+
+
+def load_slices(args):
+    wait_until(args.start_at)
+    started = time.monotonic()
+    needed = 0
+    tensors = 0
+    complete = True
+    for path in args.files:
+        if not complete:
+            break
+        with MappedSafetensors(path) as st:
+            header = dict(st.header)
+            header.pop("__metadata__", None)
+            items = sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0])
+            if args.order == "random":
+                random.Random(args.seed).shuffle(items)
+            for _, info in items:
+                if args.deadline and time.monotonic() - started > args.deadline:
+                    complete = False
+                    break
+                begin, end = info["data_offsets"]
+                shape = info["shape"] or [1]
+                size = end - begin
+                if size == 0:
+                    continue
+                rows = shape[0]
+                row_bytes = size // rows
+                base = st.data_start + begin
+                if args.dim == 1 and len(shape) >= 2:
+                    elem = row_bytes // shape[1]
+                    lo, hi = slice_bounds(shape[1], args.rank, args.world)
+                    grid = st.view[base:base + size].reshape(rows, row_bytes)
+                    data = grid[:, lo * elem:hi * elem].copy()  # one small piece per row
+                    del grid  # a view of the mapping: it must go before the mapping closes
+                else:
+                    lo, hi = slice_bounds(rows, args.rank, args.world)
+                    data = st.view[base + lo * row_bytes:base + hi * row_bytes].copy()
+                needed += data.nbytes
+                tensors += 1
+                del data
+    emit({"bytes": needed, "tensors": tensors, "files": len(args.files), "complete": complete,
+          "start": started, "end": time.monotonic()})
+
+
 def layers(args):
     source = [int(x) for x in args.source_bytes.split(",")] if args.source_bytes else [0] * len(args.files)
     if len(source) != len(args.files):
@@ -242,12 +300,23 @@ def main():
     p.add_argument("--source-bytes", help="comma-separated source bytes of each layer")
     p.add_argument("--deadline", type=float)
     p.add_argument("--start-at", type=float)
+    p = sub.add_parser("slice")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world", type=int, required=True)
+    p.add_argument("--dim", type=int, choices=[0, 1], default=0)
+    p.add_argument("--deadline", type=float)
+    p.add_argument("--order", choices=["storage", "random"], default="storage")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--start-at", type=float)
     p = sub.add_parser("headers")
     p.add_argument("dir")
     p.add_argument("--start-at", type=float)
     args = parser.parse_args()
     if args.mode == "load":
         load(args)
+    elif args.mode == "slice":
+        load_slices(args)
     elif args.mode == "layers":
         layers(args)
     else:

@@ -1,13 +1,16 @@
 // memfs_ceiling: the fastest a FUSE file system can serve files on this
 // machine, as the benchmark's ceiling for warm and cold mmap loads.
 //
-//   memfs_ceiling [-f] [--threads N] MOUNTPOINT FILE...
+//   memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] MOUNTPOINT FILE...
 //
 // Reads every FILE into memory, then mounts a read-only directory holding one
 // file per FILE (by its base name) and serves reads straight from those bytes:
 // no I/O, no locks, no copies beyond the reply. It is set up as tensorfs is:
-// low-level API, multithreaded loop, keep_cache, max_read and max_readahead
-// 1 MiB, attributes cached for an hour, so that a loader running on it
+// low-level API, multithreaded loop with one /dev/fuse descriptor per worker
+// (clone_fd, --clone-fd 0 to share one), keep_cache, max_read and
+// max_readahead 1 MiB, the mount's kernel readahead raised to 16 MiB
+// (--read-ahead-kb; 0 keeps the kernel's), attributes cached for an hour, so
+// that a loader running on it
 // measures the kernel's and the FUSE protocol's share of a load and nothing
 // else. Stays in the foreground with -f (the benchmark runs it that way to
 // read its peak RSS); otherwise daemonizes once mounted. Unmount with
@@ -21,11 +24,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <sys/stat.h>
@@ -148,8 +153,26 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 }
 
 int Usage() {
-  std::fprintf(stderr, "usage: memfs_ceiling [-f] [--threads N] MOUNTPOINT FILE...\n");
+  std::fprintf(stderr, "usage: memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] MOUNTPOINT FILE...\n");
   return 2;
+}
+
+// As tensorfs does: finds the mount's device in /proc/self/mountinfo (a stat()
+// would wait on this process) and writes /sys/class/bdi/DEV/read_ahead_kb.
+// `point` is resolved before mounting (afterwards it leads into this mount).
+void SetReadAhead(const std::string& point, unsigned kb) {
+  if (kb == 0) return;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line, device;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, mnt;
+    if ((fields >> id >> parent >> dev >> root >> mnt) && mnt == point) device = dev;
+  }
+  std::ofstream out("/sys/class/bdi/" + device + "/read_ahead_kb");
+  out << kb << '\n';
+  out.flush();
+  if (device.empty() || !out) std::fprintf(stderr, "memfs_ceiling: cannot set read_ahead_kb of %s\n", point.c_str());
 }
 
 }  // namespace
@@ -157,6 +180,8 @@ int Usage() {
 int main(int argc, char** argv) {
   bool foreground = false;
   unsigned threads = 16;
+  int clone_fd = 1;
+  unsigned read_ahead_kb = 16384;
   std::string mountpoint;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
@@ -165,6 +190,10 @@ int main(int argc, char** argv) {
       foreground = true;
     } else if (arg == "--threads" && i + 1 < argc) {
       threads = static_cast<unsigned>(std::max(1, std::atoi(argv[++i])));
+    } else if (arg == "--clone-fd" && i + 1 < argc) {
+      clone_fd = std::atoi(argv[++i]) != 0 ? 1 : 0;
+    } else if (arg == "--read-ahead-kb" && i + 1 < argc) {
+      read_ahead_kb = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
     } else if (arg.starts_with("-")) {
       return Usage();
     } else if (mountpoint.empty()) {
@@ -215,10 +244,13 @@ int main(int argc, char** argv) {
   if (session == nullptr) return 1;
   int rc = 1;
   if (fuse_set_signal_handlers(session) == 0) {
+    char resolved[PATH_MAX];
+    const std::string point = realpath(mountpoint.c_str(), resolved) != nullptr ? resolved : mountpoint;
     if (fuse_session_mount(session, mountpoint.c_str()) == 0) {
+      SetReadAhead(point, read_ahead_kb);
       if (fuse_daemonize(foreground ? 1 : 0) == 0) {
         fuse_loop_config* config = fuse_loop_cfg_create();
-        fuse_loop_cfg_set_clone_fd(config, 0);
+        fuse_loop_cfg_set_clone_fd(config, static_cast<unsigned>(clone_fd));
         fuse_loop_cfg_set_max_threads(config, threads);
         fuse_loop_cfg_set_idle_threads(config, std::min(threads, 10u));
         rc = fuse_session_loop_mt(session, config) == 0 ? 0 : 1;

@@ -28,9 +28,10 @@ class FuseServer {
   static constexpr unsigned kMaxRead = 1 << 20;
 
   // Mounts `ns` at options.mountpoint. `ns`, `options` and `metrics` must
-  // outlive the server; the metrics are published for `tensorfs stats`.
+  // outlive the server; the metrics are published for `tensorfs stats`, and
+  // reads answered with EIO are counted in them.
   static StatusOr<std::unique_ptr<FuseServer>> Mount(Namespace& ns, const MountOptions& options,
-                                                     const Metrics& metrics);
+                                                     Metrics& metrics);
   ~FuseServer();
 
   // `callback` runs on Run()'s thread when the FUSE loop has ended (a signal or
@@ -43,17 +44,18 @@ class FuseServer {
   Status Run();
 
  private:
-  FuseServer(Namespace& ns, const MountOptions& options, const Metrics& metrics)
+  FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
       : ns_(ns), options_(options), metrics_(metrics) {}
 
   Namespace& ns_;
   const MountOptions& options_;
-  const Metrics& metrics_;
+  Metrics& metrics_;
   fuse_session* session_ = nullptr;
   bool mounted_ = false;
   bool signals_set_ = false;
   std::function<void()> on_stopping_;
-  LogRateLimiter error_log_limiter_{std::chrono::seconds(1)};  // failed requests: one warning a second
+  // failed requests: one warning a second
+  LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
 
   friend struct FuseHandlers;
 };

@@ -19,6 +19,7 @@
 #include "core/options/mount_options.h"
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
+#include "core/util/log_limiter.h"
 #include "core/util/logging.h"
 #include "core/vfs/namespace.h"
 #include "fs/daemon.h"
@@ -64,9 +65,9 @@ int RunMount(const MountOptions& options) {
     daemon.Failed(status.message());  // the waiting parent prints it
     return 1;
   };
-  StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options);
+  Metrics metrics;  // outlives the store and the engine, which count into it
+  StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
   if (!store.ok()) return fail(store.status());
-  Metrics metrics;
   ReadEngine engine(**store, options.engine, metrics);
   StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
   if (!grouper.ok()) return fail(grouper.status());
@@ -94,7 +95,9 @@ int RunMount(const MountOptions& options) {
   Status status = (*server)->Run();
   if (!status.ok()) spdlog::error("{}", status.message());
   // Unmounted. Fetches still retrying against a slow server hold nothing worth
-  // waiting for (the mount is read-only): leave without joining them.
+  // waiting for (the mount is read-only): leave without joining them, after
+  // reporting the warnings the rate limiters held back.
+  FlushHeldBackWarnings();
   spdlog::default_logger()->flush();
   std::_Exit(status.ok() ? 0 : 1);
 }
@@ -198,7 +201,8 @@ int Main(int argc, char** argv) {
   inspect->add_option("--layer-regex", inspect_regex, "override the layer grouping (see tensorfs --help)");
 
   CLI::App* stats = app.add_subcommand("stats", "print a mount's counters: requests issued, bytes fetched "
-                                                "and served, cache hits, misses and evictions, fetch latency");
+                                                "and served, cache hits, misses and evictions, fetch latency, "
+                                                "retries by cause, reads failed with EIO");
   std::string stats_mountpoint;
   bool stats_json = false;
   stats->add_option("MOUNTPOINT", stats_mountpoint, "a tensorfs mount point")->required();

@@ -63,6 +63,21 @@ std::string RenderStatsText(const nlohmann::json& s) {
                 lat.value("p50", 0.0), lat.value("p90", 0.0), lat.value("p99", 0.0),
                 static_cast<unsigned long long>(lat.value("count", uint64_t{0})));
   out << line;
+  const auto& retries = s.value("retries", nlohmann::json::object());
+  out << "retries                 " << retries.value("total", uint64_t{0});
+  const auto& causes = retries.value("by_cause", nlohmann::json::object());
+  if (!causes.empty()) {
+    out << " (";
+    const char* sep = "";
+    for (const auto& [cause, n] : causes.items()) {
+      out << sep << cause << " " << n.get<uint64_t>();
+      sep = ", ";
+    }
+    out << ")";
+  }
+  out << "; " << Bytes(static_cast<double>(retries.value("resumed_bytes", uint64_t{0})))
+      << " kept by resumed reads; " << retries.value("exhausted", uint64_t{0}) << " gave up at retry_deadline\n";
+  out << "reads failed with EIO   " << u("reads_failed_eio") << "\n";
   const auto& errors = s.value("errors", nlohmann::json::object());
   out << "errors                  ";
   if (errors.empty()) out << "none";

@@ -1,27 +1,26 @@
 #include "core/engine/chunk.h"
 
-#include <sys/mman.h>
-
-#include <string>
-
 #include "core/util/status.h"
 
 namespace tensorfs {
 
-Chunk::Chunk(ByteRange range) : range_(range) {
-  if (range_.length == 0) return;
-  void* p = ::mmap(nullptr, range_.length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) InternalFatal("cannot map " + std::to_string(range_.length) + " bytes for a chunk");
-  data_ = static_cast<std::byte*>(p);
+Chunk::Chunk(ByteRange range) : Chunk(range, nullptr) {}
+
+Chunk::Chunk(ByteRange range, std::shared_ptr<BufferPool> pool) : range_(range), pool_(std::move(pool)) {
+  buffer_ = pool_ != nullptr ? pool_->Acquire(range_.length) : BufferPool::Map(range_.length);
 }
 
 Chunk::~Chunk() {
-  if (data_ != nullptr) ::munmap(data_, range_.length);
+  if (pool_ != nullptr) {
+    pool_->Release(buffer_);
+  } else {
+    BufferPool::Unmap(buffer_);
+  }
 }
 
 std::span<const std::byte> Chunk::Slice(ByteRange part) const {
   TENSORFS_CHECK(range_.Contains(part));
-  return {data_ + (part.offset - range_.offset), part.length};
+  return {buffer_.data + (part.offset - range_.offset), part.length};
 }
 
 }  // namespace tensorfs

@@ -35,8 +35,17 @@ void ChunkPlan::AddFixedChunks(uint64_t head_end, uint64_t chunk_size) {
   }
 }
 
+int ChunkPlan::TensorAt(uint64_t offset) const {
+  auto it = std::upper_bound(tensors_.begin(), tensors_.end(), offset,
+                             [](uint64_t off, const TensorSpan& t) { return off < t.begin; });
+  if (it == tensors_.begin()) return -1;
+  --it;
+  return offset < it->end ? static_cast<int>(it - tensors_.begin()) : -1;
+}
+
 ChunkPlan ChunkPlan::Aligned(uint64_t object_size, uint64_t head_end, uint64_t chunk_size) {
   ChunkPlan plan(object_size);
+  plan.data_end_ = object_size;
   plan.AddFixedChunks(std::min(head_end, object_size), chunk_size);
   return plan;
 }
@@ -55,7 +64,16 @@ ChunkPlan ChunkPlan::ForSafetensors(const SafetensorsHeader& header, uint64_t ob
     size_t first = plan.ChunkAt(plan.data_start_ + t.begin);
     size_t last = plan.ChunkAt(plan.data_start_ + t.end - 1);
     for (size_t i = first; i <= last; ++i) plan.tensor_end_[i] = std::max(plan.tensor_end_[i], last);
+    const uint64_t dim0 = t.shape.empty() ? 1 : t.shape[0];
+    const uint64_t row = dim0 == 0 || t.size() % dim0 != 0 ? t.size() : t.size() / dim0;
+    const uint64_t begin = plan.data_start_ + t.begin;
+    // Aliased or overlapping tensors (rejected by validation) never get here;
+    // keep the list sorted and disjoint all the same.
+    if (plan.tensors_.empty() || begin >= plan.tensors_.back().end) {
+      plan.tensors_.push_back(TensorSpan{begin, plan.data_start_ + t.end, std::max<uint64_t>(row, 1)});
+    }
   }
+  plan.data_end_ = plan.tensors_.empty() ? object_size : plan.tensors_.back().end;
   return plan;
 }
 

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/engine/slice_pattern.h"
 #include "core/safetensors/header.h"
 #include "core/util/types.h"
 
@@ -44,6 +45,12 @@ class ChunkPlan {
   size_t TensorEnd(size_t index) const { return tensor_end_[index]; }
   // Where tensor data begins (0 when the object is not planned by tensor).
   uint64_t data_start() const { return data_start_; }
+  // Where data ends (the last tensor's end; object_size for plain files).
+  uint64_t data_end() const { return data_end_; }
+  // The non-empty tensors in storage order (empty when not planned by tensor).
+  const std::vector<TensorSpan>& tensors() const { return tensors_; }
+  // The index in tensors() of the tensor holding byte `offset`, or -1.
+  int TensorAt(uint64_t offset) const;
 
  private:
   ChunkPlan(uint64_t object_size) : object_size_(object_size) {}
@@ -52,6 +59,8 @@ class ChunkPlan {
 
   uint64_t object_size_;
   uint64_t data_start_ = 0;
+  uint64_t data_end_ = 0;
+  std::vector<TensorSpan> tensors_;
   std::vector<uint64_t> starts_;     // chunk i is [starts_[i], starts_[i+1] or object_size_)
   std::vector<size_t> tensor_end_;  // see TensorEnd
 };

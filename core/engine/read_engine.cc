@@ -20,12 +20,40 @@ constexpr int kSweepAfterJumps = 3;
 // Kernel readahead requests arrive slightly out of order; a read this many
 // chunks behind a stream's start still belongs to it.
 constexpr size_t kBackTolerance = 2;
+// A touched range of a tensor not grown for this many reads (of its object) is
+// one the reader has left: it is taught to the slice learner.
+constexpr uint64_t kSettleReads = 8;
+// Touches kept per object, beyond which the oldest is settled early.
+constexpr size_t kMaxTouches = 64;
+// Reads closer than this to a touched range extend it (kernel readahead
+// requests arrive out of order and with holes).
+constexpr uint64_t kTouchGap = 64 << 10;
+// After a tensor is seen read whole, reads of unknown kind are taken as whole
+// readers' for this many reads.
+constexpr uint64_t kWholeMemory = 4096;
+// Tensors at least this large are judged by how a reader copies them.
+constexpr uint64_t kWholeCopyMin = 1 << 20;
+// Windows of a slice pattern closer than this are fetched as one request.
+constexpr uint64_t kCoalesceGap = 64 << 10;
+// An unknown reader's first request, and the least it is read ahead.
+constexpr uint64_t kFirstPiece = 256 << 10;
+// A touch this small made by a read across a tensor boundary, at the
+// boundary, is taken for the kernel's readahead spilling over.
+constexpr uint64_t kSpillMax = 512 << 10;
+// Reads this close to a slice reader's window (the kernel reading ahead past
+// its slice into the next tensor) are that reader's: fetched as they come.
+constexpr uint64_t kNearWindow = 512 << 10;
+constexpr uint64_t kPage = 4096;
 
 std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 }  // namespace
 
 Status EngineOptions::Validate() const {
+  if (shard_world > 1024 || (shard_world > 0 && shard_rank >= shard_world)) {
+    return InvalidArgumentError("shard=" + std::to_string(shard_rank) + "/" + std::to_string(shard_world) +
+                                ": write shard=R/N with 0 <= R < N <= 1024 (this process reads dim-0 slice R of N)");
+  }
   if (chunk_size < (64u << 10) || chunk_size > (1u << 30)) {
     return InvalidArgumentError("chunk_size must lie between 64 KiB and 1 GiB");
   }
@@ -48,9 +76,9 @@ Status EngineOptions::Validate() const {
 struct ReadEngine::ReadOp {
   ObjectId object;
   ByteRange range;
-  size_t first = 0;  // plan index of chunks[0]
+  // The cache entries that tile `range`, in order: chunks, edge pieces, pieces.
   std::vector<std::shared_ptr<const Chunk>> chunks;
-  std::vector<ChunkKey> keys;  // of chunks[i]: the chunk's own, or an edge piece's
+  std::vector<ChunkKey> keys;
   std::atomic<int> pending{0};
   std::atomic<bool> failed{false};
   Status error;  // written once, by the waiter that sets `failed`
@@ -58,8 +86,17 @@ struct ReadEngine::ReadOp {
   ReadHints hints;
 };
 
-ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics)
-    : store_(store), options_(options), metrics_(metrics), cache_(options.cache_size, metrics) {
+ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics,
+                       std::shared_ptr<BufferPool> pool)
+    : store_(store),
+      options_(options),
+      metrics_(metrics),
+      pool_(pool != nullptr ? std::move(pool)
+                            : std::make_shared<BufferPool>(BufferPool::Options::ForCache(options.cache_size))),
+      cache_(options.cache_size, metrics) {
+  if (options_.shard_world > 0) {
+    patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world)});
+  }
   for (int i = 0; i < options_.max_fetches; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
 
@@ -132,7 +169,13 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
 }
 
 bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
-  return RequestPiece(state, ChunkKey{state.info.id(), index}, state.plan->Chunk(index), prefetch, sweep);
+  const ChunkKey key{state.info.id(), index};
+  const ByteRange range = state.plan->Chunk(index);
+  if (cache_.Find(key) == nullptr && !PiecesIn(state, range).empty()) {
+    // Part of it came as pieces: fetch only the rest (not counted as a sweep's).
+    return RequestGaps(state, range, prefetch, range.length) >= 0;
+  }
+  return RequestPiece(state, key, range, prefetch, sweep);
 }
 
 bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep) {
@@ -140,8 +183,312 @@ bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange
   if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
   cache_.InsertLoading(key, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
+  if (sweep) ++state.sweep_in_flight;
   Enqueue(Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
   return true;
+}
+
+ChunkKey ReadEngine::PieceKey(const ObjectState& state, uint64_t offset) const {
+  ChunkKey key{state.info.id(), static_cast<size_t>(offset)};
+  // No stored object's name starts with a NUL byte.
+  key.object.name = std::string(1, '\0') + "piece " + key.object.name;
+  return key;
+}
+
+std::vector<std::pair<ByteRange, ChunkKey>> ReadEngine::PiecesIn(ObjectState& state, ByteRange range) {
+  std::vector<std::pair<ByteRange, ChunkKey>> found;
+  auto it = state.pieces.upper_bound(range.offset);
+  if (it != state.pieces.begin() && std::prev(it)->second.end > range.offset) --it;
+  while (it != state.pieces.end() && it->first < range.end()) {
+    if (cache_.Find(it->second.key) == nullptr) {  // evicted
+      it = state.pieces.erase(it);
+      continue;
+    }
+    found.emplace_back(ByteRange{it->first, it->second.end - it->first}, it->second.key);
+    ++it;
+  }
+  return found;
+}
+
+int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
+                                std::vector<std::pair<ByteRange, ChunkKey>>* created) {
+  int64_t requested = 0;
+  uint64_t cursor = range.offset;
+  auto request = [&](uint64_t begin, uint64_t end) {
+    for (uint64_t at = begin; at < end;) {
+      const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, kPage));
+      if (!cache_.Reserve(length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
+      const ChunkKey key = PieceKey(state, at);
+      cache_.InsertLoading(key, ByteRange{at, length}, prefetch);
+      state.pieces[at] = Piece{at + length, key};
+      if (created != nullptr) created->emplace_back(ByteRange{at, length}, key);
+      if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
+      if (slice >= 0) state.slice_sweeps[slice].in_flight += length;
+      Enqueue(Job{.object = state.info.id(), .key = key, .range = {at, length}, .slice = slice}, prefetch);
+      requested += static_cast<int64_t>(length);
+      at += length;
+    }
+    return true;
+  };
+  for (const auto& [piece, key] : PiecesIn(state, range)) {
+    if (piece.offset > cursor && !request(cursor, piece.offset)) return -1;
+    cursor = std::max(cursor, piece.end());
+  }
+  if (cursor < range.end() && !request(cursor, range.end())) return -1;
+  return requested;
+}
+
+ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern) {
+  const ChunkPlan& plan = *state.plan;
+  const std::vector<TensorSpan>& tensors = plan.tensors();
+  int first = plan.TensorAt(range.offset);
+  if (first < 0) {  // in the header or padding: the tensor after it, if any
+    auto it = std::upper_bound(tensors.begin(), tensors.end(), range.offset,
+                               [](uint64_t off, const TensorSpan& t) { return off < t.begin; });
+    if (it == tensors.end() || it->begin >= range.end()) return Mode::kWhole;
+    first = static_cast<int>(it - tensors.begin());
+  }
+  const uint64_t now = ++read_clock_;
+  ++state.clock;
+
+  // Record the touch of every tensor the read overlaps.
+  const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
+  for (size_t k = static_cast<size_t>(first); k < tensors.size() && tensors[k].begin < range.end(); ++k) {
+    const TensorSpan& t = tensors[k];
+    const uint64_t begin = std::max(range.offset, t.begin);
+    const uint64_t end = std::min(range.end(), t.end);
+    auto it = std::find_if(state.touches.begin(), state.touches.end(), [&](const Touch& touch) {
+      return touch.tensor == static_cast<int>(k) && begin <= touch.range.end() + kTouchGap &&
+             end + kTouchGap >= touch.range.offset;
+    });
+    if (it == state.touches.end()) {
+      state.touches.push_back(
+          Touch{static_cast<int>(k), ByteRange{begin, end - begin}, state.clock, state.clock, crossing, state.clock});
+      it = std::prev(state.touches.end());
+    } else {
+      const uint64_t b = std::min(begin, it->range.offset);
+      const uint64_t e = std::max(end, it->range.end());
+      if (b < it->range.offset || e > it->range.end()) it->grown_at = state.clock;
+      it->range = ByteRange{b, e - b};
+    }
+    // Touches that have grown into each other are one (a memcpy reads a
+    // slice's first page, its last, then the rest in between).
+    size_t grown = static_cast<size_t>(it - state.touches.begin());
+    for (size_t j = 0; j < state.touches.size();) {
+      Touch& t1 = state.touches[grown];
+      const Touch& t2 = state.touches[j];
+      if (j != grown && t2.tensor == t1.tensor && t2.range.offset <= t1.range.end() + kTouchGap &&
+          t1.range.offset <= t2.range.end() + kTouchGap) {
+        const uint64_t b = std::min(t1.range.offset, t2.range.offset);
+        const uint64_t e = std::max(t1.range.end(), t2.range.end());
+        t1.range = ByteRange{b, e - b};
+        t1.crossing = t1.crossing || t2.crossing;
+        t1.first_read = std::min(t1.first_read, t2.first_read);
+        t1.grown_at = std::max(t1.grown_at, t2.grown_at);
+        state.touches.erase(state.touches.begin() + static_cast<std::ptrdiff_t>(j));
+        if (j < grown) --grown;
+        continue;
+      }
+      ++j;
+    }
+    it = state.touches.begin() + static_cast<std::ptrdiff_t>(grown);
+    // A touch settles once its tensor is left, not just the touch.
+    for (Touch& other : state.touches) {
+      if (other.tensor == static_cast<int>(k)) other.last_read = state.clock;
+    }
+    // Nearly all of a tensor several reads long: a whole-tensor reader.
+    if (t.size() >= 4 * std::max<uint64_t>(range.length, 64 << 10) && it->range.length >= t.size() - t.size() / 10) {
+      whole_until_ = now + kWholeMemory;
+    }
+    // A copy of the whole tensor (memcpy touches its first page, its last,
+    // then the rest from the start): the touch at the tensor's start keeps
+    // growing after the one at its end appeared. A slice at the end of the
+    // tensor grows from the middle; one at the start ends short of the end,
+    // and the kernel's read-around reaching back from the next tensor comes
+    // after it has stopped growing.
+    if (t.size() >= kWholeCopyMin && whole_until_ <= now) {
+      const Touch* head = nullptr;
+      const Touch* tail = nullptr;
+      for (const Touch& x : state.touches) {
+        if (x.tensor != static_cast<int>(k)) continue;
+        if (x.range.offset == t.begin) head = &x;
+        if (x.range.end() == t.end) tail = &x;
+      }
+      if (head != nullptr && tail != nullptr && head != tail && tail->first_read > head->first_read &&
+          head->grown_at > tail->first_read && head->range.length >= 2 * range.length) {
+        whole_until_ = now + kWholeMemory;
+        ContinueTensor(state, k);
+      }
+    }
+  }
+
+  // Touches the reader has left teach the learner.
+  for (size_t i = 0; i < state.touches.size();) {
+    Touch& touch = state.touches[i];
+    if (state.clock - touch.last_read < kSettleReads && state.touches.size() <= kMaxTouches) {
+      ++i;
+      continue;
+    }
+    const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
+    // The kernel reading on past the end of one tensor (or around the start
+    // of the next) into a neighbour tells nothing about the reader's slice.
+    const bool spill = touch.crossing && touch.range.length < kSpillMax &&
+                       (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    // A reader of a known pattern: its reads lie mostly inside the window.
+    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+      const ByteRange w = WindowOf(state, p.pattern, static_cast<size_t>(touch.tensor));
+      const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
+      return e > b && 2 * (e - b) >= o.end - o.begin;
+    });
+    if (!known) {
+      if (std::optional<SlicePattern> learned = learner_.Observe(o)) {
+        const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
+                                     [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
+        if (!dup) {
+          spdlog::info("{}: a reader takes {}: prefetching only those", state.info.name, learned->ToString());
+          patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
+          if (patterns_.size() > 8) patterns_.erase(patterns_.begin() + (options_.shard_world > 0 ? 1 : 0));
+        }
+      }
+    }
+    state.touches.erase(state.touches.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // A read inside a known pattern's window of its tensor is that pattern's.
+  const size_t k = static_cast<size_t>(first);
+  const uint64_t begin = std::max(range.offset, tensors[k].begin);
+  const uint64_t end = std::min(range.end(), tensors[k].end);
+  for (const ActivePattern& p : patterns_) {
+    const ByteRange w = WindowOf(state, p.pattern, k);
+    if (begin < w.end() && end > w.offset) {
+      *pattern = &p;
+      return Mode::kSlice;
+    }
+  }
+  if (now < whole_until_) return Mode::kWhole;
+  // Near a window of this tensor or of its neighbours: a slice reader's kernel
+  // reading around its slice.
+  for (const ActivePattern& p : patterns_) {
+    for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
+      const ByteRange w = WindowOf(state, p.pattern, j);
+      if (range.offset < w.end() + kNearWindow && range.end() + kNearWindow > w.offset) {
+        *pattern = &p;
+        return Mode::kNearSlice;
+      }
+    }
+  }
+  return Mode::kUnknown;
+}
+
+ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {
+  const ChunkPlan& plan = *state.plan;
+  return pattern.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
+}
+
+void ReadEngine::StartSliceSweep(ObjectState& state, int id, size_t from) {
+  if (state.slice_sweeps.contains(id)) return;
+  state.slice_sweeps[id] = SliceSweep{.start = from};
+  TopUpSliceSweep(state, id, from);
+}
+
+void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
+  auto pattern_it = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) { return p.id == id; });
+  if (pattern_it == patterns_.end() || stopping_) return;
+  auto [sweep_it, fresh] = state.slice_sweeps.try_emplace(id, SliceSweep{.start = from});
+  SliceSweep& sweep = sweep_it->second;
+  const ChunkPlan& plan = *state.plan;
+  const size_t n = plan.tensors().size();
+  while (sweep.visited < n && sweep.in_flight < options_.prefetch_window) {
+    // One run of windows close together, cut at chunk boundaries.
+    size_t k = (sweep.start + sweep.visited) % n;
+    ByteRange run = WindowOf(state, pattern_it->pattern, k);
+    size_t count = 1;
+    while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
+      const ByteRange next = WindowOf(state, pattern_it->pattern, k + 1);
+      if (next.offset > run.end() + kCoalesceGap || next.end() - run.offset > options_.chunk_size) break;
+      run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
+      ++k;
+      ++count;
+    }
+    bool room = true;
+    for (size_t c = plan.ChunkAt(run.offset), last = plan.ChunkAt(run.end() - 1); c <= last && room; ++c) {
+      if (cache_.Find(ChunkKey{state.info.id(), c}) != nullptr) continue;
+      const ByteRange chunk = plan.Chunk(c);
+      const uint64_t b = std::max(chunk.offset, run.offset);
+      const uint64_t e = std::min(chunk.end(), run.end());
+      room = RequestGaps(state, ByteRange{b, e - b}, /*prefetch=*/true, options_.chunk_size, id) >= 0;
+    }
+    if (!room) return;  // the cache is full: the next read tops up again
+    sweep.visited += count;
+  }
+  // Every window of this object is on its way: go on into the next shard.
+  if (sweep.visited >= n && state.successor) {
+    ObjectState& next = StateOf(*state.successor);
+    if (next.plan != nullptr) {
+      if (!next.plan->tensors().empty()) StartSliceSweep(next, id, 0);
+    } else if (std::find(next.pending_sweeps.begin(), next.pending_sweeps.end(), id) == next.pending_sweeps.end()) {
+      next.pending_sweeps.push_back(id);
+      StartHead(next, /*prefetch=*/true);
+    }
+  }
+}
+
+void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
+  const ChunkPlan& plan = *state.plan;
+  const TensorSpan& t = plan.tensors()[index];
+  for (size_t c = plan.ChunkAt(t.begin), last = plan.ChunkAt(t.end - 1); c <= last; ++c) {
+    if (!Request(state, c, /*prefetch=*/true)) return;
+  }
+}
+
+void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
+  const ChunkPlan& plan = *state.plan;
+  const int index = plan.TensorAt(range.end() - 1);
+  if (index < 0) return;
+  const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
+  auto touch = std::find_if(state.touches.begin(), state.touches.end(), [&](const Touch& x) {
+    return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
+  });
+  const uint64_t run = touch == state.touches.end() ? range.length : range.end() - touch->range.offset;
+  // How far the bytes after the read are cached or coming already.
+  uint64_t frontier = range.end();
+  while (frontier < t.end) {
+    const size_t c = plan.ChunkAt(frontier);
+    if (cache_.Find(ChunkKey{state.info.id(), c}) != nullptr) {
+      frontier = plan.Chunk(c).end();
+      continue;
+    }
+    std::vector<std::pair<ByteRange, ChunkKey>> pieces = PiecesIn(state, ByteRange{frontier, 1});
+    if (pieces.empty()) break;
+    frontier = pieces.front().first.end();
+  }
+  // Ahead by as much as the reader has read of the tensor, topped up in steps
+  // that double, so that each request is larger than the one before: a slice
+  // reader's rows end somewhere, and what was fetched past them is no more
+  // than what it read.
+  const uint64_t ahead = std::max(run, kFirstPiece);
+  if (frontier >= t.end || frontier >= range.end() + ahead / 2) return;
+  const uint64_t end = std::min(t.end, range.end() + 2 * ahead);
+  // Requests of up to 4 MiB, so the link's connections each carry a share
+  // while the window grows.
+  const uint64_t piece = std::min<uint64_t>(options_.chunk_size, 4 << 20);
+  for (uint64_t at = frontier; at < end;) {
+    const size_t c = plan.ChunkAt(at);
+    const ByteRange chunk = plan.Chunk(c);
+    const uint64_t e = std::min(end, chunk.end());
+    if (cache_.Find(ChunkKey{state.info.id(), c}) == nullptr &&
+        RequestGaps(state, ByteRange{at, e - at}, /*prefetch=*/true, piece) < 0) {
+      return;
+    }
+    at = e;
+  }
+}
+
+std::vector<SlicePattern> ReadEngine::SlicePatterns() {
+  MutexLock lock(mu_);
+  std::vector<SlicePattern> out;
+  for (const ActivePattern& p : patterns_) out.push_back(p.pattern);
+  return out;
 }
 
 ChunkKey ReadEngine::KeyWithin(ObjectState& state, size_t index, const std::optional<ByteRange>& within,
@@ -273,7 +620,6 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
     ChunkKey key{state.info.id(), state.sweep_next};
     if (cache_.Find(key) == nullptr) {
       if (!Request(state, state.sweep_next, /*prefetch=*/true, /*sweep=*/true)) return;
-      ++state.sweep_in_flight;
     }
     ++state.sweep_next;
   }
@@ -304,27 +650,33 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       return;
     }
     const ChunkPlan& plan = *state.plan;
-    size_t first = plan.ChunkAt(op->range.offset);
-    size_t last = plan.ChunkAt(op->range.end() - 1);
-    op->first = first;
-    op->chunks.resize(last - first + 1);
-    op->pending.store(static_cast<int>(op->chunks.size()));
-    op->keys.reserve(last - first + 1);
-    for (size_t i = first; i <= last; ++i) {
-      ByteRange piece;
-      ChunkKey key = KeyWithin(state, i, op->hints.within, &piece);
+    const size_t first = plan.ChunkAt(op->range.offset);
+    const size_t last = plan.ChunkAt(op->range.end() - 1);
+    // Which kind of reader this is decides how much of a missing chunk to
+    // fetch and what to prefetch (see "Readers" in the header).
+    Mode mode = Mode::kWhole;
+    const ActivePattern* pattern = nullptr;
+    const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
+    if (kernel_read) mode = Classify(state, op->range, &pattern);
+    if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
+      StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on
+    }
+    // Adds the entry `key` covering `piece` to the read: cached, or joined.
+    auto add = [&](const ChunkKey& key, bool fetch_whole_chunk, ByteRange piece,
+                   std::shared_ptr<const Chunk> held = nullptr) REQUIRES(mu_) {
+      const size_t slot = op->chunks.size();
+      op->chunks.emplace_back();
       op->keys.push_back(key);
       ChunkCache::Entry* entry = cache_.Find(key);
-      if (entry != nullptr && entry->chunk != nullptr) {
-        op->chunks[i - first] = entry->chunk;
-        cache_.Touch(key);
-        op->pending.fetch_sub(1);
+      if (held != nullptr || (entry != nullptr && entry->chunk != nullptr)) {
+        op->chunks[slot] = held != nullptr ? std::move(held) : entry->chunk;
+        if (entry != nullptr) cache_.Touch(key);
         metrics_.cache_hits.fetch_add(1, std::memory_order_relaxed);
-        continue;
+        return;
       }
       metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
       if (entry == nullptr) {
-        RequestPiece(state, key, piece, /*prefetch=*/false);
+        if (fetch_whole_chunk) RequestPiece(state, key, piece, /*prefetch=*/false);
         entry = cache_.Find(key);
       } else if (entry->prefetched && entry->waiters.empty()) {
         // A reader waits for a queued prefetch: give it demand priority.
@@ -335,7 +687,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
           prefetch_queue_.erase(it);
         }
       }
-      entry->waiters.push_back([this, op, slot = i - first](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
+      op->pending.fetch_add(1);
+      entry->waiters.push_back([this, op, slot](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
         if (!chunk.ok()) {
           if (!op->failed.exchange(true)) op->error = chunk.status();
         } else {
@@ -343,9 +696,74 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         }
         if (op->pending.fetch_sub(1) == 1) FinishRead(op);
       });
+    };
+    op->pending.store(1);  // held until every entry is added
+    for (size_t i = first; i <= last; ++i) {
+      const ChunkKey key{state.info.id(), i};
+      const ByteRange chunk = plan.Chunk(i);
+      const uint64_t b = std::max(op->range.offset, chunk.offset);
+      const uint64_t e = std::min(op->range.end(), chunk.end());
+      const ByteRange part{b, e - b};
+      if (op->hints.within) {
+        ByteRange piece;
+        ChunkKey edge = KeyWithin(state, i, op->hints.within, &piece);
+        add(edge, true, piece);
+        continue;
+      }
+      std::vector<std::pair<ByteRange, ChunkKey>> pieces;
+      if (cache_.Find(key) == nullptr) pieces = PiecesIn(state, chunk);
+      if (pieces.empty() && (mode == Mode::kWhole || cache_.Find(key) != nullptr)) {
+        add(key, true, chunk);
+        continue;
+      }
+      // Missing bytes of the part come as pieces: a whole reader's fill the
+      // chunk's gaps, a slice reader's its window, an unknown reader's start
+      // at the read and run on a little.
+      ByteRange want = part;
+      if (mode == Mode::kWhole) {
+        want = chunk;
+      } else if (mode == Mode::kSlice) {
+        // The windows the part falls in, within the chunk.
+        for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
+                                       plan.tensors()[static_cast<size_t>(k)].begin < e;
+             ++k) {
+          const ByteRange w = WindowOf(state, pattern->pattern, static_cast<size_t>(k));
+          if (w.end() <= b || w.offset >= e) continue;
+          const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
+          const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
+          want = ByteRange{wb, we - wb};
+        }
+      } else if (mode == Mode::kNearSlice) {
+        want = ByteRange{b & ~(kPage - 1), 0};
+        want.offset = std::max(want.offset, chunk.offset);
+        want.length = std::min(chunk.end(), (e + kPage - 1) & ~(kPage - 1)) - want.offset;
+      } else {
+        const uint64_t wb = b & ~(kPage - 1);
+        const uint64_t we = std::min(chunk.end(), std::max(e, std::max(wb, chunk.offset) + kFirstPiece));
+        want = ByteRange{std::max(wb, chunk.offset), 0};
+        want.length = we - want.offset;
+      }
+      // Requesting the gaps may evict ready pieces this read needs: hold them first.
+      std::vector<std::pair<ByteRange, ChunkKey>> tiles = PiecesIn(state, want);
+      std::map<uint64_t, std::shared_ptr<const Chunk>> held;
+      for (const auto& [range, piece_key] : tiles) held[range.offset] = cache_.Find(piece_key)->chunk;
+      RequestGaps(state, want, /*prefetch=*/false, options_.chunk_size, -1, &tiles);
+      std::sort(tiles.begin(), tiles.end(),
+                [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
+      for (const auto& [range, piece_key] : tiles) {
+        if (range.end() <= part.offset || range.offset >= part.end()) continue;
+        auto h = held.find(range.offset);
+        add(piece_key, false, range, h != held.end() ? h->second : nullptr);
+      }
     }
-    if (op->hints.prefetch) UpdateStreams(state, first, last, op->range.end());
-    if (op->pending.load() != 0) return;  // the last arriving chunk finishes it
+    if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
+      TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
+    } else if (kernel_read && mode == Mode::kUnknown) {
+      RampWithinTensor(state, op->range);
+    } else if (op->hints.prefetch) {
+      UpdateStreams(state, first, last, op->range.end());
+    }
+    if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it
   }
   FinishRead(op);
 }
@@ -412,12 +830,16 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
   if (op->failed.load()) return op->done(op->error);
   ReadResult result;
   std::vector<ByteRange> parts;
+  uint64_t cursor = op->range.offset;
   for (const auto& chunk : op->chunks) {
-    uint64_t begin = std::max(op->range.offset, chunk->range().offset);
-    uint64_t end = std::min(op->range.end(), chunk->range().end());
+    const uint64_t begin = std::max(cursor, chunk->range().offset);
+    const uint64_t end = std::min(op->range.end(), chunk->range().end());
+    TENSORFS_CHECK(begin == cursor && end >= begin);  // the entries tile the range, in order
     parts.push_back(ByteRange{begin, end - begin});
     result.pieces.push_back(chunk->Slice(parts.back()));
+    cursor = end;
   }
+  TENSORFS_CHECK(cursor == op->range.end());
   if (op->hints.delivered) {
     MutexLock lock(mu_);
     for (size_t i = 0; i < parts.size(); ++i) cache_.MarkDelivered(op->keys[i], parts[i]);
@@ -451,7 +873,7 @@ StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
                                                         std::shared_ptr<const ChunkPlan>* plan) {
   const bool safetensors = object.name.ends_with(".safetensors");
   uint64_t head = std::min(object.size, safetensors ? options_.head_size : options_.chunk_size);
-  auto chunk = std::make_shared<Chunk>(ByteRange{0, head});
+  auto chunk = std::make_shared<Chunk>(ByteRange{0, head}, pool_);
   RETURN_IF_ERROR(store_.Read(object.id(), 0, chunk->writable()));
   metrics_.bytes_fetched.fetch_add(head, std::memory_order_relaxed);
   *plan = std::make_shared<const ChunkPlan>(ChunkPlan::Aligned(object.size, head, options_.chunk_size));
@@ -462,7 +884,7 @@ StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
   if (!n.ok()) return chunk;
   const uint64_t header_end = kHeaderLengthBytes + *n;
   if (header_end > head) {  // a header longer than the first request: fetch the rest
-    auto whole = std::make_shared<Chunk>(ByteRange{0, header_end});
+    auto whole = std::make_shared<Chunk>(ByteRange{0, header_end}, pool_);
     std::memcpy(whole->writable().data(), chunk->bytes().data(), head);
     RETURN_IF_ERROR(store_.Read(object.id(), head, whole->writable().subspan(head)));
     metrics_.fetches.fetch_add(1, std::memory_order_relaxed);
@@ -498,7 +920,7 @@ void ReadEngine::RunJob(const Job& job) {
     status = head.status();
     if (head.ok()) chunk = std::move(*head);
   } else {
-    chunk = std::make_shared<Chunk>(job.range);
+    chunk = std::make_shared<Chunk>(job.range, pool_);
     status = store_.Read(job.object, job.range.offset, chunk->writable());
     if (status.ok()) metrics_.bytes_fetched.fetch_add(job.range.length, std::memory_order_relaxed);
   }
@@ -533,8 +955,12 @@ void ReadEngine::RunJob(const Job& job) {
         state.continue_bytes = 0;
         if (!stopping_) {
           for (const auto& [range, within] : state.pending_prefetch) PrefetchRange(state, range, within);
+          if (!state.plan->tensors().empty()) {
+            for (int id : state.pending_sweeps) StartSliceSweep(state, id, 0);
+          }
         }
         state.pending_prefetch.clear();
+        state.pending_sweeps.clear();
       } else {
         state.head_requested = false;  // the next read tries again
       }
@@ -542,6 +968,17 @@ void ReadEngine::RunJob(const Job& job) {
       waiters = status.ok() ? cache_.Publish(job.key, std::move(chunk)) : cache_.Fail(job.key);
       if (job.sweep) --state.sweep_in_flight;
       if (state.sweep && !stopping_) TopUpSweep(state);
+      if (job.slice >= 0) {
+        auto it = state.slice_sweeps.find(job.slice);
+        if (it != state.slice_sweeps.end()) {
+          it->second.in_flight -= std::min(it->second.in_flight, job.range.length);
+          if (!stopping_) TopUpSliceSweep(state, job.slice, it->second.start);
+        }
+      }
+      if (!status.ok() && job.key.object.name != job.object.name) {
+        auto piece = state.pieces.find(job.range.offset);
+        if (piece != state.pieces.end() && piece->second.key == job.key) state.pieces.erase(piece);
+      }
     }
   }
   for (auto& w : waiters) w(result);

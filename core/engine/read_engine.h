@@ -6,11 +6,27 @@
 //     -> the object's ChunkPlan (from its header, fetched with the first read)
 //     -> the chunks the range needs: cached, being fetched (join that fetch), or
 //        fetched now at demand priority
-//     -> prefetch: the rest of the tensor being read; the next chunks in storage
-//        order for a reader moving forward; the whole object, in storage order,
-//        once readers jump around in it
+//     -> prefetch, by what the reads show (see "Readers" below)
 //     -> done(bytes) once every chunk is in, called on the thread that
 //        completed the last fetch: a read never blocks the caller's thread.
+//
+// Readers. The kernel's reads of safetensors files are sorted into three kinds:
+//   - whole-tensor readers (a tensor read from end to end, or nearly): the rest
+//     of each tensor touched, the next chunks in storage order for a reader
+//     moving forward, the whole object in storage order once readers jump
+//     around in it, the start of the next shard near the end of one;
+//   - slice readers (one host of a sharded job: the same fraction of rows of
+//     every tensor, see slice_pattern.h): once a few tensors show the fraction,
+//     reads inside a tensor's window of it fetch that window only, and the
+//     windows of the following tensors, then of the next shards, are
+//     prefetched in storage order, close windows coalesced into requests of up
+//     to chunk_size; no whole-tensor or whole-object prefetch for them;
+//   - readers not known yet (the first reads of a mount, strided column
+//     readers): the chunk they need and, ahead of a reader moving on within a
+//     tensor, as many bytes as it has read there in a row, within the tensor.
+// A chunk a slice reader only needed part of is held as pieces (separate
+// cache entries, never overlapping); any later read or prefetch of that chunk
+// fetches only the gaps between them.
 //
 // Reads are pinned to the object's generation (it is part of every cache key):
 // a replaced object fails with kStale, never returns a mix of versions.
@@ -35,6 +51,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/chunk_plan.h"
 #include "core/engine/read_result.h"
@@ -50,6 +67,10 @@ struct EngineOptions {
   int max_fetches = 32;                    // range requests in flight at once
   uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead of a sequential reader
   uint64_t head_size = 256ull << 10;       // first request of a .safetensors object
+  // -o shard=R/N: this process reads dim-0 slice R of N of every tensor; its
+  // windows are prefetched from the first read on. world 0: learn from reads.
+  uint64_t shard_rank = 0;
+  uint64_t shard_world = 0;
 
   // The message says which option to change.
   Status Validate() const;
@@ -80,8 +101,10 @@ using DeriveFn = std::function<void(std::function<void(StatusOr<std::shared_ptr<
 
 class ReadEngine {
  public:
-  // `store` and `metrics` must outlive the engine.
-  ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics);
+  // `store` and `metrics` must outlive the engine. Fetched chunks take their
+  // buffers from `pool`; null: a pool of BufferPool::Options::ForCache(cache_size).
+  ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics& metrics,
+             std::shared_ptr<BufferPool> pool = nullptr);
   // Fails queued fetches, then waits for the running ones to finish.
   ~ReadEngine();
 
@@ -107,6 +130,10 @@ class ReadEngine {
   // loader opening many shards finds their headers in memory.
   void PrefetchHead(const ObjectInfo& object) EXCLUDES(mu_);
 
+  // The slice patterns in use (learned or given by shard_rank/shard_world),
+  // for stats and tests.
+  std::vector<SlicePattern> SlicePatterns() EXCLUDES(mu_);
+
   Metrics& metrics() { return metrics_; }
 
   // Hints that `objects` (the shards of one checkpoint, in order) tend to be
@@ -119,6 +146,35 @@ class ReadEngine {
 
  private:
   struct ReadOp;
+  // kNearSlice: just outside a slice reader's window (its kernel reading
+  // around it): only the bytes read are fetched.
+  enum class Mode { kWhole, kSlice, kNearSlice, kUnknown };
+  // A touched range of one tensor (absolute offsets), kept until the reader
+  // has left it for kSettleReads reads, then taught to the learner.
+  struct Touch {
+    int tensor = 0;
+    ByteRange range;
+    uint64_t last_read = 0;
+    uint64_t first_read = 0;
+    bool crossing = false;  // made by a read across a tensor boundary
+    uint64_t grown_at = 0;  // the read that last made it larger
+  };
+  // Part of a chunk fetched on its own (see "Readers").
+  struct Piece {
+    uint64_t end = 0;
+    ChunkKey key;
+  };
+  // Prefetching one pattern's windows of one object, in storage order from
+  // the tensor first read, wrapping round to the ones before it.
+  struct SliceSweep {
+    size_t start = 0;
+    size_t visited = 0;       // tensors whose windows are requested
+    uint64_t in_flight = 0;   // bytes requested and not yet arrived
+  };
+  struct ActivePattern {
+    int id = 0;
+    SlicePattern pattern;
+  };
   // A run of chunks one reader is moving through (see UpdateStreams).
   struct Stream {
     size_t start = 0;     // first chunk of the run
@@ -142,6 +198,10 @@ class ReadEngine {
     uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
     // Prefetch() calls made before the plan was known: range, within.
     std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
+    std::vector<Touch> touches;                // recent reads of tensors, by any reader
+    std::map<uint64_t, Piece> pieces;          // by first byte
+    std::map<int, SliceSweep> slice_sweeps;    // by pattern id
+    std::vector<int> pending_sweeps;           // pattern ids to sweep once the plan is known
   };
   struct Job {
     ObjectId object;  // what to read (key.object names an edge piece's own key)
@@ -149,6 +209,7 @@ class ReadEngine {
     ByteRange range;
     bool head = false;  // the head fetch, which also builds the plan
     bool sweep = false;
+    int slice = -1;  // the pattern whose sweep requested it
   };
 
   ObjectState& StateOf(const ObjectInfo& object) REQUIRES(mu_);
@@ -165,6 +226,30 @@ class ReadEngine {
   bool RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep = false)
       REQUIRES(mu_);
   void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
+  // Pieces (see "Readers"): the cached or loading pieces overlapping `range`
+  // (evicted ones are forgotten), in order.
+  std::vector<std::pair<ByteRange, ChunkKey>> PiecesIn(ObjectState& state, ByteRange range) REQUIRES(mu_);
+  ChunkKey PieceKey(const ObjectState& state, uint64_t offset) const;
+  // Requests pieces for the parts of `range` (within one chunk) that no piece
+  // covers, each at most `max_piece` bytes. Returns bytes requested, or -1
+  // when the cache had no room for a prefetch.
+  // The new pieces are appended to *created when given.
+  int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
+                      std::vector<std::pair<ByteRange, ChunkKey>>* created = nullptr) REQUIRES(mu_);
+  // Records a kernel read for learning (touches, slice observations, whole
+  // tensors) and says which kind of reader made it; *pattern is set for kSlice.
+  Mode Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern) REQUIRES(mu_);
+  // The window of `pattern` in tensor `index` of `state`'s object.
+  ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
+  // Prefetches windows of `pattern` (id) in `state`'s object, starting at
+  // tensor `from` if the sweep is new, up to prefetch_window bytes in flight.
+  void TopUpSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);
+  void StartSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);
+  // Prefetch for a reader not known yet: the bytes ahead of it within the
+  // tensor, as many as it has read there in a row.
+  void RampWithinTensor(ObjectState& state, ByteRange range) REQUIRES(mu_);
+  // Prefetches the rest of tensor `index` (a whole-tensor reader's).
+  void ContinueTensor(ObjectState& state, size_t index) REQUIRES(mu_);
   // Requests the chunks (or edge pieces) covering `range` at prefetch priority.
   void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
@@ -188,6 +273,7 @@ class ReadEngine {
   ObjectStore& store_;
   const EngineOptions options_;
   Metrics& metrics_;
+  const std::shared_ptr<BufferPool> pool_;  // chunk buffers; outlives the chunks it lends to
 
   Mutex mu_;
   CondVar work_cv_;
@@ -196,6 +282,11 @@ class ReadEngine {
   std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
   std::deque<Job> demand_queue_ GUARDED_BY(mu_);
   std::deque<Job> prefetch_queue_ GUARDED_BY(mu_);
+  SliceLearner learner_ GUARDED_BY(mu_);
+  std::vector<ActivePattern> patterns_ GUARDED_BY(mu_);
+  int next_pattern_id_ GUARDED_BY(mu_) = 0;
+  uint64_t read_clock_ GUARDED_BY(mu_) = 0;   // kernel reads of safetensors data so far
+  uint64_t whole_until_ GUARDED_BY(mu_) = 0;  // whole-tensor readers seen: until this read_clock_
   std::vector<std::thread> workers_;
 };
 

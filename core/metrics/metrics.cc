@@ -33,6 +33,48 @@ double LatencyHistogram::Snapshot::Quantile(double q) const {
   return kBounds.back();
 }
 
+std::string_view RetryCauseName(RetryCause cause) {
+  switch (cause) {
+    case RetryCause::kHttpStatus: return "http";
+    case RetryCause::kConnect: return "connect";
+    case RetryCause::kReset: return "reset";
+    case RetryCause::kTruncated: return "truncated";
+    case RetryCause::kStall: return "stall";
+    case RetryCause::kCredentials: return "credentials";
+    case RetryCause::kOther: return "other";
+  }
+  return "other";
+}
+
+void RetryCounters::Count(RetryCause cause, long http_status) {
+  by_cause[static_cast<size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
+  if (cause == RetryCause::kHttpStatus && http_status > 0 && static_cast<size_t>(http_status) < by_http_status.size()) {
+    by_http_status[static_cast<size_t>(http_status)].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+uint64_t RetryCounters::total() const {
+  uint64_t n = 0;
+  for (const auto& c : by_cause) n += c.load(std::memory_order_relaxed);
+  return n;
+}
+
+nlohmann::json RetryCounters::ByCauseJson() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (size_t code = 0; code < by_http_status.size(); ++code) {
+    if (uint64_t n = by_http_status[code].load(std::memory_order_relaxed); n > 0) {
+      j["http_" + std::to_string(code)] = n;
+    }
+  }
+  for (size_t i = 0; i < by_cause.size(); ++i) {
+    if (static_cast<RetryCause>(i) == RetryCause::kHttpStatus) continue;
+    if (uint64_t n = by_cause[i].load(std::memory_order_relaxed); n > 0) {
+      j[std::string(RetryCauseName(static_cast<RetryCause>(i)))] = n;
+    }
+  }
+  return j;
+}
+
 nlohmann::json Metrics::ToJson() const {
   auto load = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   nlohmann::json j = {
@@ -57,6 +99,11 @@ nlohmann::json Metrics::ToJson() const {
   j["fetch_latency"] = {{"count", h.count},          {"sum_seconds", h.sum_seconds},
                         {"p50", h.Quantile(0.5)},    {"p90", h.Quantile(0.9)},
                         {"p99", h.Quantile(0.99)},   {"buckets", buckets}};
+  j["retries"] = {{"total", retries.total()},
+                  {"by_cause", retries.ByCauseJson()},
+                  {"resumed_bytes", load(retries.resumed_bytes)},
+                  {"exhausted", load(retries.exhausted)}};
+  j["reads_failed_eio"] = load(reads_failed_eio);
   return j;
 }
 

@@ -1,5 +1,5 @@
-// Metrics: the counters a mount keeps about itself. The read engine and the
-// stores update them; `tensorfs stats` (JSON through the mount) and the
+// Metrics: the counters a mount keeps about itself. The read engine, the
+// stores (retries) and fs/ (reads failed with EIO) update them; `tensorfs stats` (JSON through the mount) and the
 // Prometheus endpoint (-o prometheus_port) read them.
 //
 // Thread-safety: every member is updated with relaxed atomics from any thread;
@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -41,6 +42,36 @@ class LatencyHistogram {
   std::atomic<uint64_t> sum_micros_{0};
 };
 
+// Why a request to the object store was tried again.
+enum class RetryCause : uint8_t {
+  kHttpStatus,   // a retryable HTTP status (408, 429, 5xx); RetryCounters keeps the code
+  kConnect,      // no connection: refused, unreachable, DNS failure, connect timeout
+  kReset,        // the connection was reset or lost mid-response
+  kTruncated,    // the body ended before all the requested bytes came
+  kStall,        // no byte for stall_timeout, so the transfer was dropped
+  kCredentials,  // no access token could be had for the moment
+  kOther,        // any other transient failure (a malformed reply, say)
+};
+inline constexpr size_t kRetryCauses = 7;
+
+// "connect", "reset", ...; "http" for kHttpStatus (see RetryCounters::Json).
+std::string_view RetryCauseName(RetryCause cause);
+
+// Retries of store requests by cause, and what the retries saved or lost.
+struct RetryCounters {
+  std::array<std::atomic<uint64_t>, kRetryCauses> by_cause{};  // index: RetryCause
+  std::array<std::atomic<uint64_t>, 600> by_http_status{};     // index: the status code
+  std::atomic<uint64_t> resumed_bytes{0};  // bytes kept from cut-short responses, not fetched again
+  std::atomic<uint64_t> exhausted{0};      // operations that failed once their retries ran out
+
+  // One retry; `http_status` is the code for kHttpStatus (ignored otherwise).
+  void Count(RetryCause cause, long http_status = 0);
+  uint64_t total() const;
+  // Non-zero counts by cause name, the HTTP ones as "http_503":
+  // {"http_503": 22, "connect": 4, "stall": 1}.
+  nlohmann::json ByCauseJson() const;
+};
+
 struct Metrics {
   // Kernel side.
   std::atomic<uint64_t> read_requests{0};  // FUSE reads answered
@@ -58,11 +89,16 @@ struct Metrics {
   std::atomic<uint64_t> metadata_requests{0};  // listings and stats
   std::array<std::atomic<uint64_t>, 10> errors_by_code{};  // index: ErrorCode
   LatencyHistogram fetch_latency;
+  RetryCounters retries;                        // store requests tried again
+  std::atomic<uint64_t> reads_failed_eio{0};    // kernel reads answered with EIO
 
   void CountError(ErrorCode code) { errors_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
 
   // {"read_requests": .., ..., "errors": {"UNAVAILABLE": n, ...},
-  //  "fetch_latency": {"count", "sum_seconds", "p50", "p90", "p99", "buckets": [[le, n], ...]}}
+  //  "fetch_latency": {"count", "sum_seconds", "p50", "p90", "p99", "buckets": [[le, n], ...]},
+  //  "retries": {"total": n, "by_cause": {"http_503": n, "connect": n, ...}, "resumed_bytes": n,
+  //              "exhausted": n},
+  //  "reads_failed_eio": n}
   nlohmann::json ToJson() const;
 };
 

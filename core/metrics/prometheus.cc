@@ -86,6 +86,25 @@ std::string RenderPrometheusText(const Metrics& m) {
                    m.errors_by_code[i].load(std::memory_order_relaxed));
   }
 
+  Family(out, "tensorfs_retries_total", "counter",
+         "Requests to the object store tried again, by cause (HTTP ones by status code).");
+  for (size_t code = 0; code < m.retries.by_http_status.size(); ++code) {
+    if (uint64_t n = m.retries.by_http_status[code].load(std::memory_order_relaxed); n > 0) {
+      fmt::format_to(std::back_inserter(out), "tensorfs_retries_total{{cause=\"http\",code=\"{}\"}} {}\n", code, n);
+    }
+  }
+  for (size_t i = 0; i < m.retries.by_cause.size(); ++i) {
+    if (static_cast<RetryCause>(i) == RetryCause::kHttpStatus) continue;
+    fmt::format_to(std::back_inserter(out), "tensorfs_retries_total{{cause=\"{}\"}} {}\n",
+                   RetryCauseName(static_cast<RetryCause>(i)), m.retries.by_cause[i].load(std::memory_order_relaxed));
+  }
+  Single(out, "tensorfs_resumed_bytes_total", "counter",
+         "Bytes kept from responses cut short, which resumed reads did not fetch again.", m.retries.resumed_bytes);
+  Single(out, "tensorfs_retries_exhausted_total", "counter",
+         "Store operations that failed because their retries ran out (retry_deadline).", m.retries.exhausted);
+  Single(out, "tensorfs_reads_failed_eio_total", "counter", "Read requests from the kernel answered with EIO.",
+         m.reads_failed_eio);
+
   Family(out, "tensorfs_fetch_latency_seconds", "histogram",
          "Time to complete one ranged read from the object store.");
   LatencyHistogram::Snapshot h = m.fetch_latency.Take();

@@ -9,6 +9,10 @@
 //   tensorfs_fetches_total, tensorfs_prefetches_total, tensorfs_fetched_bytes_total,
 //   tensorfs_fetches_in_flight (gauge), tensorfs_metadata_requests_total,
 //   tensorfs_errors_total{kind="not_found"|...} (one series per ErrorCode but OK),
+//   tensorfs_retries_total{cause="connect"|"reset"|"truncated"|"stall"|"credentials"|"other"}
+//     (always present) and {cause="http",code="503"} (one series per status code seen),
+//   tensorfs_resumed_bytes_total, tensorfs_retries_exhausted_total,
+//   tensorfs_reads_failed_eio_total,
 //   tensorfs_fetch_latency_seconds (histogram: _bucket{le=".."} cumulative, _sum, _count).
 // A field added to Metrics is added here too.
 //

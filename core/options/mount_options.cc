@@ -7,6 +7,8 @@
 #include <charconv>
 #include <regex>
 
+#include <spdlog/spdlog.h>
+
 namespace tensorfs {
 namespace {
 
@@ -117,6 +119,34 @@ const std::array kOptions = {
                [](MountOptions& o, std::string_view v) {
                  return ParseSize("prefetch_window", v, o.engine.prefetch_window);
                }},
+    OptionSpec{"shard", "R/N",
+               "this host reads dim-0 slice R of N of every tensor (rows [R*n/N, (R+1)*n/N)): prefetch only "
+               "those, in storage order, from the first read on (default: learn it from the reads)",
+               [](MountOptions& o, std::string_view v) {
+                 const size_t slash = v.find('/');
+                 double rank = 0, world = 0;
+                 if (slash == std::string_view::npos) {
+                   return InvalidArgumentError("shard=" + std::string(v) +
+                                               ": write shard=R/N, e.g. shard=3/8 for host 3 of 8");
+                 }
+                 RETURN_IF_ERROR(ParseNumber("shard world size N", v.substr(slash + 1), 1, 1024, world));
+                 RETURN_IF_ERROR(ParseNumber("shard rank R", v.substr(0, slash), 0, world - 1, rank));
+                 if (rank != static_cast<uint64_t>(rank) || world != static_cast<uint64_t>(world)) {
+                   return InvalidArgumentError("shard=" + std::string(v) + ": R and N must be whole numbers");
+                 }
+                 o.engine.shard_rank = static_cast<uint64_t>(rank);
+                 o.engine.shard_world = static_cast<uint64_t>(world);
+                 return OkStatus();
+               }},
+    OptionSpec{"read_ahead", "SIZE",
+               "kernel readahead of the mount (its bdi read_ahead_kb): more keeps more 1 MiB reads of a "
+               "sequential read() in flight, but an mmap fault then reads that much around it, which costs "
+               "readers of a slice of each tensor; 0 keeps the kernel's 128 KiB (default 0)",
+               [](MountOptions& o, std::string_view v) {
+                 RETURN_IF_ERROR(ParseSize("read_ahead", v, o.read_ahead));
+                 if (o.read_ahead > (1ull << 30)) return InvalidArgumentError("read_ahead must be at most 1G");
+                 return OkStatus();
+               }},
     OptionSpec{"log_level", "LEVEL", "trace, debug, info, warn, error or off (default info)",
                [](MountOptions& o, std::string_view v) {
                  for (std::string_view level : {"trace", "debug", "info", "warn", "error", "off"}) {
@@ -168,6 +198,14 @@ const std::array kOptions = {
                [](MountOptions& o, std::string_view v) {
                  return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
                }},
+    OptionSpec{"ca_file", "PATH",
+               "gs:// only: verify the https endpoint's certificate against this PEM CA bundle instead "
+               "of the system's CA certificates (private endpoints, test servers)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path to a PEM file of CA certificates");
+                 o.ca_file = std::string(v);
+                 return OkStatus();
+               }},
 };
 
 }  // namespace
@@ -182,7 +220,9 @@ Status ApplyMountOption(MountOptions& options, std::string_view name,
       return InvalidArgumentError("option " + std::string(name) + " needs a value: " +
                                   std::string(name) + "=" + std::string(spec.value_name));
     }
-    return spec.apply(options, value.value_or("")).WithContext("option " + std::string(name));
+    RETURN_IF_ERROR(spec.apply(options, value.value_or("")).WithContext("option " + std::string(name)));
+    options.given.emplace(name);
+    return OkStatus();
   }
   if (name == "rw") return InvalidArgumentError("tensorfs is read-only: remove the 'rw' option");
   return InvalidArgumentError("unknown option '" + std::string(name) +
@@ -214,13 +254,94 @@ Status ApplyMountOptionList(MountOptions& options, std::string_view list) {
   return flush();
 }
 
-Status ValidateMountOptions(const MountOptions& options) {
+namespace {
+
+constexpr uint64_t kMinChunkSize = 64ull << 10;  // EngineOptions::Validate's lower bound
+
+// A size as an option value: "8M", "512K", or bytes.
+std::string SizeValue(uint64_t bytes) {
+  if (bytes != 0 && bytes % (1ull << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes != 0 && bytes % (1ull << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+uint64_t FloorPowerOfTwo(uint64_t n) {
+  uint64_t p = 1;
+  while (p <= n / 2) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+StatusOr<std::string> FitEngineToCache(MountOptions& options) {
+  EngineOptions& e = options.engine;
+  // Values out of range are EngineOptions::Validate's to report.
+  if (e.chunk_size < kMinChunkSize || e.chunk_size > (1ull << 30) || e.max_fetches < 1 || e.max_fetches > 1024) {
+    return std::string();
+  }
+  const bool fetches_free = !options.given.contains("max_fetches");
+  const bool chunk_free = !options.given.contains("chunk_size");
+  const uint64_t cache = e.cache_size;
+  uint64_t fetches = static_cast<uint64_t>(e.max_fetches);
+  uint64_t chunk = e.chunk_size;
+  auto fits = [&] { return 2 * fetches * chunk <= cache; };
+  if (!fits() && fetches_free) {
+    fetches = std::min(fetches, std::max<uint64_t>(kMinFittedFetches, cache / (2 * chunk)));
+  }
+  if (!fits() && chunk_free) {
+    chunk = std::min(chunk, std::max(kMinChunkSize, FloorPowerOfTwo(std::max<uint64_t>(1, cache / (2 * fetches)))));
+  }
+  if (!fits() && fetches_free) fetches = std::max<uint64_t>(1, cache / (2 * chunk));
+  if (!fits()) {
+    std::string set;
+    std::string lower;
+    if (!fetches_free) {
+      set = "max_fetches=" + std::to_string(e.max_fetches);
+      if (cache / (2 * chunk) >= 1) lower = "max_fetches to " + std::to_string(cache / (2 * chunk));
+    }
+    if (!chunk_free) {
+      set += (set.empty() ? "" : " and ") + ("chunk_size=" + SizeValue(e.chunk_size));
+      const uint64_t most = cache / (2 * fetches) / kMinChunkSize * kMinChunkSize;
+      if (most >= kMinChunkSize) lower += (lower.empty() ? "" : " or ") + ("chunk_size to " + SizeValue(most));
+    }
+    if (set.empty()) {
+      return InvalidArgumentError("cache_size=" + SizeValue(cache) + " is too small: it must hold at least 2 x " +
+                                  std::to_string(fetches) + " chunks of " + SizeValue(chunk) +
+                                  "; raise cache_size to at least " + SizeValue(2 * fetches * chunk));
+    }
+    return InvalidArgumentError(
+        "cache_size=" + SizeValue(cache) + " cannot hold 2 x max_fetches x chunk_size = 2 x " +
+        std::to_string(fetches) + " x " + SizeValue(chunk) + " = " + SizeValue(2 * fetches * chunk) +
+        " with the " + set + " you set: raise cache_size to at least " + SizeValue(2 * fetches * chunk) +
+        (lower.empty() ? "" : ", or lower " + lower) + " (or leave them unset to have them fitted)");
+  }
+  std::string note;
+  auto add = [&note](const std::string& what) { note += (note.empty() ? "" : ", ") + what; };
+  if (fetches != static_cast<uint64_t>(e.max_fetches)) {
+    add("max_fetches=" + std::to_string(fetches) + " (default " + std::to_string(e.max_fetches) + ")");
+    e.max_fetches = static_cast<int>(fetches);
+  }
+  if (chunk != e.chunk_size) {
+    add("chunk_size=" + SizeValue(chunk) + " (default " + SizeValue(e.chunk_size) + ")");
+    e.chunk_size = chunk;
+  }
+  if (e.prefetch_window > cache / 2 && !options.given.contains("prefetch_window")) {
+    add("prefetch_window=" + SizeValue(cache / 2) + " (default " + SizeValue(e.prefetch_window) + ")");
+    e.prefetch_window = cache / 2;
+  }
+  if (note.empty()) return note;
+  return "cache_size=" + SizeValue(cache) + ": using " + note +
+         ", so that it holds 2 x max_fetches x chunk_size and twice prefetch_window; set these options to "
+         "choose other values";
+}
+
+Status ValidateMountOptions(MountOptions& options) {
   if (options.source.empty()) {
     return InvalidArgumentError("missing SOURCE: give a local directory or gs://bucket[/prefix]");
   }
   if (!options.source.starts_with("gs://") &&
-      (!options.endpoint.empty() || !options.key_file.empty() || options.anonymous)) {
-    return InvalidArgumentError("the endpoint, key_file and anonymous options apply to gs:// sources only");
+      (!options.endpoint.empty() || !options.key_file.empty() || options.anonymous || !options.ca_file.empty())) {
+    return InvalidArgumentError("the endpoint, key_file, anonymous and ca_file options apply to gs:// sources only");
   }
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
@@ -228,6 +349,8 @@ Status ValidateMountOptions(const MountOptions& options) {
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }
+  ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
+  if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());
   struct stat st;
   if (::stat(options.mountpoint.c_str(), &st) != 0) {

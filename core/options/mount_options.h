@@ -9,7 +9,9 @@
 #ifndef TENSORFS_CORE_OPTIONS_MOUNT_OPTIONS_H_
 #define TENSORFS_CORE_OPTIONS_MOUNT_OPTIONS_H_
 
+#include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +36,10 @@ struct MountOptions {
   std::string layer_regex;        // overrides the built-in layer grouping rules
   std::vector<ViewKind> views{kAllViews.begin(), kAllViews.end()};  // shown in checkpoint directories
   EngineOptions engine;           // chunk size, cache size, parallelism, prefetch
+  // The options the user set (by -o or --flag), by name. Engine values not
+  // named here are defaults that ValidateMountOptions may lower to fit cache_size.
+  std::set<std::string, std::less<>> given;
+  uint64_t read_ahead = 0;  // the mount's kernel readahead (bdi read_ahead_kb); 0: kernel default
   std::string log_level = "info";
   int prometheus_port = 0;  // serve GET /metrics on 127.0.0.1:port; 0: off
 
@@ -43,6 +49,7 @@ struct MountOptions {
   bool anonymous = false;        // no credentials: public buckets
   double retry_deadline_s = 120;  // how long a request keeps retrying transient failures
   double stall_timeout_s = 30;    // a response delivering no bytes this long is abandoned and retried
+  std::string ca_file;            // PEM CA bundle that https endpoints are verified against ("" = system CAs)
 };
 
 // One row of the option table.
@@ -63,9 +70,20 @@ Status ApplyMountOption(MountOptions& options, std::string_view name,
 // inside a value is written "\,".
 Status ApplyMountOptionList(MountOptions& options, std::string_view list);
 
+// The engine needs cache_size >= 2 x max_fetches x chunk_size and
+// prefetch_window <= cache_size / 2. Lowers the engine values the user did not
+// set (see `given`) until they fit: max_fetches first, down to
+// kMinFittedFetches, then chunk_size (a power of two, down to 64 KiB), then
+// max_fetches below that floor; prefetch_window to half of cache_size. Returns
+// a one-line note naming the new values, "" when nothing changed, or an error
+// saying what to change when only values the user set could make them fit.
+inline constexpr int kMinFittedFetches = 8;
+StatusOr<std::string> FitEngineToCache(MountOptions& options);
+
 // Checks the whole struct (source and mount point given and usable, values in
-// range). The message says what to fix.
-Status ValidateMountOptions(const MountOptions& options);
+// range), after FitEngineToCache, whose note it logs as a warning (a second
+// call finds nothing to change). The message says what to fix.
+Status ValidateMountOptions(MountOptions& options);
 
 }  // namespace tensorfs
 

@@ -4,13 +4,16 @@
 
 #include <memory>
 
+#include "core/metrics/metrics.h"
 #include "core/options/mount_options.h"
 #include "core/store/object_store.h"
 
 namespace tensorfs {
 
 // A local directory, or gs://bucket[/prefix]. The message says what to fix.
-StatusOr<std::unique_ptr<ObjectStore>> OpenStore(const MountOptions& options);
+// A gs:// store counts its retries in `metrics` when given (which must then
+// outlive the store).
+StatusOr<std::unique_ptr<ObjectStore>> OpenStore(const MountOptions& options, Metrics* metrics = nullptr);
 
 }  // namespace tensorfs
 

@@ -7,7 +7,9 @@
 //   2. views::ViewReader::prefetch_mu_
 //   3. engine::ReadEngine::mu_ (not held across store I/O or while calling back)
 //   4. store locks (LocalStore has none; GcsStore token and handle-pool locks)
-//   5. leaf locks: logging rate limiters, stats counters
+//   5. leaf locks: logging rate limiters (taken after the process-wide list of
+//      limiters, see log_limiter.h), stats counters, GCS EndpointHealth and
+//      RetryWindows
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 

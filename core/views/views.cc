@@ -9,7 +9,9 @@
 
 #include "core/safetensors/header.h"
 #include "core/safetensors/index.h"
+#include "core/views/model_config.h"
 #include "core/views/quantize.h"
+#include "core/views/stacked.h"
 
 namespace tensorfs {
 namespace {
@@ -291,28 +293,20 @@ class Builder {
     return file;
   }
 
-  static std::string RewriteConfig(ViewKind kind, nlohmann::ordered_json config, std::optional<Dtype> quantized_dtype) {
-    if (kind == ViewKind::kBf16 || kind == ViewKind::kF16) {
-      if (config.contains("torch_dtype")) config["torch_dtype"] = kind == ViewKind::kBf16 ? "bfloat16" : "float16";
-      return config.dump(2) + "\n";
+  // config.json of a @bnb-* or cast view; see model_config.h.
+  static std::string RewriteConfig(ViewKind kind, const nlohmann::ordered_json& config,
+                                   std::optional<Dtype> quantized_dtype) {
+    ConfigRewrite how = ConfigRewrite::kCastF16;
+    if (kind == ViewKind::kBnbNf4) {
+      how = ConfigRewrite::kBnbNf4;
+    } else if (kind == ViewKind::kBnbInt8) {
+      how = ConfigRewrite::kBnbInt8;
+    } else if (kind == ViewKind::kBf16) {
+      how = ConfigRewrite::kCastBf16;
+    } else {
+      TENSORFS_CHECK(kind == ViewKind::kF16);
     }
-    const bool nf4 = kind == ViewKind::kBnbNf4;
-    nlohmann::ordered_json q;
-    q["quant_method"] = "bitsandbytes";
-    q["_load_in_4bit"] = nf4;
-    q["_load_in_8bit"] = !nf4;
-    q["load_in_4bit"] = nf4;
-    q["load_in_8bit"] = !nf4;
-    q["bnb_4bit_quant_type"] = "nf4";
-    q["bnb_4bit_use_double_quant"] = false;
-    q["bnb_4bit_compute_dtype"] = std::string(TorchDtypeName(quantized_dtype.value_or(Dtype::F32)));
-    q["bnb_4bit_quant_storage"] = "uint8";
-    q["llm_int8_threshold"] = 6.0;
-    q["llm_int8_has_fp16_weight"] = false;
-    q["llm_int8_skip_modules"] = nullptr;
-    q["llm_int8_enable_fp32_cpu_offload"] = false;
-    config["quantization_config"] = std::move(q);
-    return config.dump(2) + "\n";
+    return RewriteModelConfig(config, how, quantized_dtype).dump(2) + "\n";
   }
 
   const ViewInput& input_;
@@ -335,6 +329,7 @@ std::string_view ViewDirName(ViewKind kind) {
     case ViewKind::kBnbInt8: return "@bnb-int8";
     case ViewKind::kBf16: return "@bf16";
     case ViewKind::kF16: return "@f16";
+    case ViewKind::kStacked: return "@stacked";
   }
   return "";
 }
@@ -376,6 +371,7 @@ std::vector<ViewEntry> BuildView(ViewKind kind, const ViewInput& input) {
     case ViewKind::kBnbInt8:
     case ViewKind::kBf16:
     case ViewKind::kF16: return builder.Mirror(kind);
+    case ViewKind::kStacked: return BuildStackedView(input);
   }
   return {};
 }

@@ -12,6 +12,10 @@
 //                                        quantized, config.json with quantization_config,
 //                                        index rewritten, other files passed through
 //   @bf16/, @f16/                        the checkpoint with F32 tensors cast
+//   @stacked/                            the layers stacked along a leading axis,
+//                                        as JAX scan-over-layers models hold them
+//                                        (experts too): source ranges only, nothing
+//                                        computed; rules and run naming in stacked.h
 //
 // Every view safetensors file has a header in the reference writer's layout
 // (compact JSON, "__metadata__" {"format":"pt"} first, padded with spaces to a
@@ -21,8 +25,9 @@
 //
 // A shard whose header cannot be parsed makes exactly the view files that need
 // it unreadable (they exist, and reading them fails with a message naming the
-// shard and its problem). Its tensors are known from the index, when there is
-// one; without an index nothing of it appears in the views.
+// shard and its problem; in @stacked that is every safetensors file). Its
+// tensors are known from the index, when there is one; without an index
+// nothing of it appears in the views.
 //
 // Thread-safety: free functions over their arguments.
 #ifndef TENSORFS_CORE_VIEWS_VIEWS_H_
@@ -42,11 +47,11 @@
 
 namespace tensorfs {
 
-enum class ViewKind { kTensors, kSplit, kSplit4bit, kSplit8bit, kBnbNf4, kBnbInt8, kBf16, kF16 };
+enum class ViewKind { kTensors, kSplit, kSplit4bit, kSplit8bit, kBnbNf4, kBnbInt8, kBf16, kF16, kStacked };
 
-inline constexpr std::array<ViewKind, 8> kAllViews = {
-    ViewKind::kTensors, ViewKind::kSplit,   ViewKind::kSplit4bit, ViewKind::kSplit8bit,
-    ViewKind::kBnbNf4,  ViewKind::kBnbInt8, ViewKind::kBf16,      ViewKind::kF16};
+inline constexpr std::array<ViewKind, 9> kAllViews = {
+    ViewKind::kTensors, ViewKind::kSplit,   ViewKind::kSplit4bit, ViewKind::kSplit8bit, ViewKind::kBnbNf4,
+    ViewKind::kBnbInt8, ViewKind::kBf16,    ViewKind::kF16,       ViewKind::kStacked};
 
 // The directory name: "@tensors", "splitted_model", "splitted_model.4bit", ...
 std::string_view ViewDirName(ViewKind kind);

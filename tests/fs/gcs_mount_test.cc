@@ -285,8 +285,9 @@ TEST(GcsMountPlanTest, MmapLoaderIssuesNoMoreRequestsThanThePlan) {
   ChunkPlan plan = ChunkPlan::ForSafetensors(*header, bytes.size(), 256 << 10, 1 << 20);
   auto stats = server->Stats();
   int media = stats["media_requests"].get<int>();
-  // The loader also reads the small JSON files once each.
-  EXPECT_LE(media, static_cast<int>(plan.size()) + 4) << "plan has " << plan.size() << " chunks";
+  // The loader also reads the small JSON files once each; and until the first
+  // tensor shows a whole-tensor reader, it comes in a few pieces that double.
+  EXPECT_LE(media, static_cast<int>(plan.size()) + 4 + 8) << "plan has " << plan.size() << " chunks";
   EXPECT_LE(stats["bytes_served"].get<uint64_t>(), fsys::file_size(shard) + (1 << 20));
   EXPECT_GE(bytes.size(), 30u << 20) << "a file large enough to matter";
 }

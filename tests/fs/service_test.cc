@@ -586,15 +586,14 @@ TEST(LogTest, FailedReadsWarnAtMostOncePerSecond) {
   int warnings = 0;
   std::istringstream lines(log);
   std::string line;
-  std::string last;
   while (std::getline(lines, line)) {
-    if (line.find("warning request failed") != std::string::npos) {
-      ++warnings;
-      last = line;
-    }
+    if (line.find("warning request failed") != std::string::npos) ++warnings;
   }
-  EXPECT_EQ(warnings, 2) << log;
-  EXPECT_THAT(last, ::testing::ContainsRegex("\\[[0-9]+ similar warnings suppressed\\]")) << log;
+  // One line, then (a second later, without waiting for another warning) how
+  // many were held back; a read after that may bring one more line.
+  EXPECT_GE(warnings, 1) << log;
+  EXPECT_LE(warnings, 2) << log;
+  EXPECT_THAT(log, ::testing::ContainsRegex("[0-9]+ similar warnings held back in the last")) << log;
   EXPECT_THAT(log, HasSubstr("gs://ckpt/f")) << "the warning names the object";
 }
 

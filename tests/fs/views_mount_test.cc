@@ -1,8 +1,9 @@
 // The views through a real mount, read by the kernel: every view of the
 // grouping tests' checkpoints (and of checkpoints holding the edge values of
 // quantization) checked against an independent numpy reference of the
-// bitsandbytes algorithms with plain reads and with numpy.memmap; AirLLM's
-// "already split" check; a corrupt shard; and what one layer file fetches.
+// bitsandbytes algorithms and of numpy.stack (@stacked) with plain reads,
+// random preads and numpy.memmap; AirLLM's "already split" check; a corrupt
+// shard; and what one layer file fetches.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -47,6 +48,8 @@ const std::vector<Model>& Models() {
       {"gpt2", {.arch = testing::Arch::kGpt2, .dtype = Dtype::F32}, 2},
       {"t5", {.arch = testing::Arch::kT5, .dtype = Dtype::F32}, 3},
       {"llama-tied", {.arch = testing::Arch::kLlamaTied, .dtype = Dtype::BF16}, 2},
+      {"deepseek-moe", {.arch = testing::Arch::kDeepseekMoe, .layers = 4, .experts = 3, .dense_layers = 1,
+                        .dtype = Dtype::BF16}, 3},
   };
   return *models;
 }
@@ -123,6 +126,9 @@ TEST_F(ViewsMountTest, T5ViewsEqualTheReference) { CheckViews("t5"); }
 TEST_F(ViewsMountTest, TiedLlamaViewsEqualTheReference) {
   CheckViews("llama-tied", "--expect-layers model.embed_tokens.,model.layers.0.,model.layers.1.,model.norm.");
 }
+// Dense first layer, then MoE layers: @stacked holds runs (model.layers.0-0.mlp.*,
+// model.layers.1-3.mlp.experts.*) next to the attention stacked over all four.
+TEST_F(ViewsMountTest, DeepseekMoeStackedViewEqualsNumpyStack) { CheckViews("deepseek-moe", "--views @stacked"); }
 TEST_F(ViewsMountTest, EdgeValuesBf16EqualTheReference) { CheckViews("edge-bf16"); }
 TEST_F(ViewsMountTest, EdgeValuesF16EqualTheReference) { CheckViews("edge-f16"); }
 TEST_F(ViewsMountTest, EdgeValuesF32EqualTheReference) { CheckViews("edge-f32"); }
@@ -142,7 +148,7 @@ TEST_F(ViewsMountTest, LayerRegexNamesTheLayerFiles) {
   auto mount = TensorfsMount::Start(*source_, {"--layer-regex", "^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   CheckViews("llama-bf16",
-             "--views splitted_model --layer-regex '^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)' "
+             "--views splitted_model,@stacked --layer-regex '^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)' "
              "--expect-layers model.embed_tokens.,model.layers.0.self_attn.,model.layers.0.mlp.,"
              "model.layers.0.,model.layers.1.self_attn.,model.layers.1.mlp.,model.layers.1.,model.norm.,lm_head.",
              mount.get());

@@ -7,7 +7,7 @@
 SOURCE_CKPT_DIR is the original checkpoint on local disk; MOUNTED_CKPT_DIR is
 the same checkpoint seen through the mount, holding the view directories
 (@tensors, splitted_model, splitted_model.4bit, splitted_model.8bit, @bnb-nf4,
-@bnb-int8, @bf16, @f16; all by default). The expected files are computed from
+@bnb-int8, @bf16, @f16, @stacked; all by default). The expected files are computed from
 the source with views_reference.py. Checked, per view:
   - the directory listing is exactly the expected set of names;
   - st_size (stat'ed before anything is read) equals the real length;
@@ -25,6 +25,10 @@ the source with views_reference.py. Checked, per view:
   - @bnb-*: config.json's quantization_config, the index's weight_map and
     total_size against the view shards, passthrough files byte-identical;
   - @bf16/@f16: casts exact (NaN: a quiet NaN of the same sign), index, config.
+  - @stacked: every tensor equals numpy.stack of its source tensors (experts
+    within a layer, then layers), the index against the view shards, other
+    files byte-identical; and RANDOM_RANGES random ranges of every stacked
+    file, read with pread, equal the same ranges of the reference file.
 Every problem is printed with file, tensor and first differing element. Exit
 status 0 when everything matches, 1 otherwise; the last line is a summary.
 """
@@ -42,6 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import views_reference as ref  # noqa: E402
 
 MMAP_ALWAYS_LIMIT = 64 << 20
+RANDOM_RANGES = 32
 MAX_LINES_PER_FILE = 25
 
 
@@ -514,6 +519,23 @@ def check_index_against_shards(rep, view, exp_files, results, got_index):
         rep.error(where, "total_size %r, but the view shards hold %d tensor bytes" % (ts, total))
 
 
+def check_random_ranges(rep, where, path, exp, seed):
+    """RANDOM_RANGES ranges of random offset and length (a fixed seed per
+    file), read with pread, against the same ranges of the expected file."""
+    want = exp.content()
+    if not want:
+        return
+    rng = np.random.default_rng(seed)
+    with open(path, "rb", buffering=0) as f:
+        for _ in range(RANDOM_RANGES):
+            offset = int(rng.integers(0, len(want)))
+            length = int(rng.integers(1, min(len(want) - offset, 1 << 20) + 1))
+            got = os.pread(f.fileno(), length, offset)
+            if got != want[offset:offset + length]:
+                rep.error(where, "range [%d, %d) differs from the reference" % (offset, offset + length))
+                return
+
+
 def check_view_dir(rep, src, mount, view, exp, stats, use_mmap, expect_layers, qz):
     vdir = os.path.join(mount, view)
     results = {}
@@ -532,6 +554,8 @@ def check_view_dir(rep, src, mount, view, exp, stats, use_mmap, expect_layers, q
                 rep.error(where, "st_size %d, expected %d" % (st.st_size, e.size))
             results[fname] = check_st_file(rep, where, path, e, st.st_size,
                                            use_mmap or e.size <= MMAP_ALWAYS_LIMIT)
+            if view == "@stacked":
+                check_random_ranges(rep, where + " (random ranges)", path, e, len(results))
         elif e.kind == "raw":
             if st.st_size != e.size:
                 rep.error(where, "st_size %d, expected %d" % (st.st_size, e.size))
@@ -551,7 +575,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description="Check tensorfs views of a checkpoint against the reference.")
     ap.add_argument("--mount", required=True, help="the checkpoint directory inside the mount")
     ap.add_argument("--source", required=True, help="the same checkpoint on local disk")
-    ap.add_argument("--views", help="comma-separated views (default: all eight)")
+    ap.add_argument("--views", help="comma-separated views (default: all nine)")
     ap.add_argument("--expect-layers", help="comma-separated layer prefixes splitted_model* must have")
     ap.add_argument("--layer-regex", help="the mount's -o layer_regex, if it has one")
     ap.add_argument("--mmap-loader", action="store_true",

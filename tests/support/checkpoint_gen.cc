@@ -17,13 +17,14 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr std::array<std::pair<Arch, std::string_view>, 6> kArchNames = {{
+constexpr std::array<std::pair<Arch, std::string_view>, 7> kArchNames = {{
     {Arch::kLlama, "llama"},
     {Arch::kQwen2, "qwen2"},
     {Arch::kMixtral, "mixtral"},
     {Arch::kGpt2, "gpt2"},
     {Arch::kT5, "t5"},
     {Arch::kLlamaTied, "llama-tied"},
+    {Arch::kDeepseekMoe, "deepseek-moe"},
 }};
 
 uint64_t Fnv1a(std::string_view s) {
@@ -125,7 +126,12 @@ Status ValidateSpec(const ModelSpec& spec) {
   }
   if (spec.heads < 1 || spec.hidden % spec.heads != 0) return bad("heads must divide hidden");
   if (spec.kv_heads < 1 || spec.heads % spec.kv_heads != 0) return bad("kv_heads must divide heads");
-  if (spec.arch == Arch::kMixtral && spec.experts < 1) return bad("experts must be at least 1");
+  if ((spec.arch == Arch::kMixtral || spec.arch == Arch::kDeepseekMoe) && spec.experts < 1) {
+    return bad("experts must be at least 1");
+  }
+  if (spec.arch == Arch::kDeepseekMoe && spec.dense_layers > spec.layers) {
+    return bad("dense_layers must not exceed layers");
+  }
   if (spec.arch == Arch::kGpt2 && spec.max_positions < 1) return bad("max_positions must be at least 1");
   if (spec.dtype != Dtype::F32 && spec.dtype != Dtype::F16 && spec.dtype != Dtype::BF16) {
     return bad("dtype must be F32, F16 or BF16, not " + std::string(DtypeName(spec.dtype)));
@@ -147,7 +153,8 @@ std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
     case Arch::kLlama:
     case Arch::kQwen2:
     case Arch::kLlamaTied:
-    case Arch::kMixtral: {
+    case Arch::kMixtral:
+    case Arch::kDeepseekMoe: {
       Add(out, spec, "model.embed_tokens.weight", {spec.vocab, h});
       for (uint64_t l = 0; l < spec.layers; ++l) {
         const std::string p = "model.layers." + std::to_string(l) + ".";
@@ -160,6 +167,18 @@ std::vector<TensorSpec> ModelTensors(const ModelSpec& spec) {
             Add(out, spec, ep + "w2.weight", {h, i});
             Add(out, spec, ep + "w3.weight", {i, h});
           }
+        } else if (spec.arch == Arch::kDeepseekMoe && l >= spec.dense_layers) {
+          const uint64_t mi = std::max<uint64_t>(1, i / 2);
+          Add(out, spec, p + "mlp.gate.weight", {spec.experts, h});
+          for (uint64_t e = 0; e < spec.experts; ++e) {
+            const std::string ep = p + "mlp.experts." + std::to_string(e) + ".";
+            Add(out, spec, ep + "gate_proj.weight", {mi, h});
+            Add(out, spec, ep + "up_proj.weight", {mi, h});
+            Add(out, spec, ep + "down_proj.weight", {h, mi});
+          }
+          Add(out, spec, p + "mlp.shared_experts.gate_proj.weight", {mi, h});
+          Add(out, spec, p + "mlp.shared_experts.up_proj.weight", {mi, h});
+          Add(out, spec, p + "mlp.shared_experts.down_proj.weight", {h, mi});
         } else {
           Add(out, spec, p + "mlp.gate_proj.weight", {i, h});
           Add(out, spec, p + "mlp.up_proj.weight", {i, h});
@@ -365,12 +384,14 @@ std::string ConfigJson(const ModelSpec& spec) {
     case Arch::kLlama:
     case Arch::kLlamaTied:
     case Arch::kQwen2:
-    case Arch::kMixtral: {
-      static constexpr std::array<std::pair<Arch, std::pair<const char*, const char*>>, 4> kNames = {{
+    case Arch::kMixtral:
+    case Arch::kDeepseekMoe: {
+      static constexpr std::array<std::pair<Arch, std::pair<const char*, const char*>>, 5> kNames = {{
           {Arch::kLlama, {"LlamaForCausalLM", "llama"}},
           {Arch::kLlamaTied, {"LlamaForCausalLM", "llama"}},
           {Arch::kQwen2, {"Qwen2ForCausalLM", "qwen2"}},
           {Arch::kMixtral, {"MixtralForCausalLM", "mixtral"}},
+          {Arch::kDeepseekMoe, {"DeepseekForCausalLM", "deepseek"}},
       }};
       for (const auto& [arch, names] : kNames) {
         if (arch != spec.arch) continue;
@@ -388,6 +409,14 @@ std::string ConfigJson(const ModelSpec& spec) {
       doc["hidden_act"] = "silu";
       if (spec.arch == Arch::kMixtral) {
         doc["num_local_experts"] = spec.experts;
+        doc["num_experts_per_tok"] = std::min<uint64_t>(2, spec.experts);
+      }
+      if (spec.arch == Arch::kDeepseekMoe) {
+        doc["first_k_dense_replace"] = spec.dense_layers;
+        doc["moe_layer_freq"] = 1;
+        doc["n_routed_experts"] = spec.experts;
+        doc["n_shared_experts"] = 1;
+        doc["moe_intermediate_size"] = std::max<uint64_t>(1, spec.intermediate / 2);
         doc["num_experts_per_tok"] = std::min<uint64_t>(2, spec.experts);
       }
       doc["tie_word_embeddings"] = spec.arch == Arch::kLlamaTied;

@@ -2,7 +2,7 @@
 //
 // ModelSpec describes a small model shaped like a real architecture (tensor
 // names and shapes as the Hugging Face checkpoints of Llama, Qwen2, Mixtral,
-// GPT-2 and T5 have them); sizes are parameters. PlanCheckpoint distributes
+// DeepSeek-MoE, GPT-2 and T5 have them); sizes are parameters. PlanCheckpoint distributes
 // the tensors over shards the way transformers does (in forward order, cut by
 // size) and, whenever there is more than one shard, makes sure at least one
 // layer has tensors in two shards, since that is the case a per-layer view
@@ -45,9 +45,12 @@ enum class Arch {
   kGpt2,       // transformer.wte/wpe, transformer.h.N..., transformer.ln_f; tied (no lm_head)
   kT5,         // shared, encoder.block.N..., decoder.block.N..., final_layer_norms, lm_head
   kLlamaTied,  // Llama without lm_head (tie_word_embeddings)
+  kDeepseekMoe,  // Llama attention; the first dense_layers blocks with a dense mlp, the others
+                 // mlp.gate, mlp.experts.E.{gate,up,down}_proj (intermediate / 2 wide) and
+                 // mlp.shared_experts.{gate,up,down}_proj
 };
 
-// "llama", "qwen2", "mixtral", "gpt2", "t5", "llama-tied".
+// "llama", "qwen2", "mixtral", "gpt2", "t5", "llama-tied", "deepseek-moe".
 std::string_view ArchName(Arch arch);
 std::optional<Arch> ParseArch(std::string_view name);
 
@@ -57,7 +60,8 @@ struct ModelSpec {
   uint64_t hidden = 64;
   uint64_t intermediate = 128;
   uint64_t vocab = 256;
-  uint64_t experts = 4;        // Mixtral only
+  uint64_t experts = 4;        // Mixtral and DeepSeek-MoE only
+  uint64_t dense_layers = 1;   // DeepSeek-MoE only: blocks before the first MoE block
   uint64_t heads = 4;          // must divide hidden
   uint64_t kv_heads = 4;       // must divide heads; k/v_proj have hidden*kv_heads/heads rows
   uint64_t max_positions = 128;  // GPT-2 position embeddings

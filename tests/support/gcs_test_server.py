@@ -27,6 +27,14 @@ USAGE
                               storage response (default 0).
   --conn-rate BYTES_PER_S     Link emulation: rate cap per connection (0 = none).
   --total-rate BYTES_PER_S    Link emulation: rate cap shared by all connections (0 = none).
+  --tls-cert FILE, --tls-key FILE
+                              Also speak TLS on the same port: a connection whose first
+                              byte is a TLS handshake record is served over TLS with this
+                              PEM certificate (chain) and key; any other connection, the
+                              control API included, stays plain HTTP. Clients use
+                              https://HOST:PORT with a CA that trusts FILE. Over TLS,
+                              media bodies go out through the TLS socket in 1 MiB reads
+                              (os.preadv) instead of os.sendfile.
   --require-auth              Storage requests need "Authorization: Bearer T" with T a
                               token this server issued and that has not expired.
   --token-public-key FILE     Key that service-account JWT assertions must verify
@@ -204,6 +212,7 @@ import os
 import re
 import secrets
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -957,7 +966,33 @@ class Server(http.server.ThreadingHTTPServer):
         self.stats = Stats()
         self.tokens = Tokens(args.token_lifetime)
         self.keys = [load_rsa_public_key(p) for p in (args.token_public_key or [])]
+        self.tls_context = None
+        if args.tls_cert:
+            self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls_context.load_cert_chain(args.tls_cert, args.tls_key)
+            self.tls_context.set_alpn_protocols(["http/1.1"])
         super().__init__(address, Handler)
+
+    def finish_request(self, request, client_address):
+        """Runs on the connection's thread: a TLS handshake record as the first
+        byte makes it a TLS connection (see --tls-cert)."""
+        if self.tls_context is None:
+            return super().finish_request(request, client_address)
+        try:
+            request.settimeout(30)
+            tls = request.recv(1, socket.MSG_PEEK) == b"\x16"
+            if tls:
+                request = self.tls_context.wrap_socket(request, server_side=True)
+            request.settimeout(None)
+        except (ssl.SSLError, OSError) as err:
+            if not self.args.quiet:
+                sys.stderr.write(f"gcs_test_server: TLS handshake with {client_address[0]} failed: {err}\n")
+            return
+        try:
+            super().finish_request(request, client_address)
+        finally:
+            if tls:
+                request.close()
 
     def handle_error(self, request, client_address):
         if isinstance(sys.exc_info()[1], CONNECTION_ERRORS):
@@ -1219,6 +1254,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.connection.sendall(memoryview(body)[pos:pos + n])
 
     def _sendfile(self, fd: int, offset: int, n: int):
+        if isinstance(self.connection, ssl.SSLSocket):
+            return self._send_file_tls(fd, offset, n)
         sock_fd = self.connection.fileno()
         end = offset + n
         try:
@@ -1231,6 +1268,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.server.stats.add("bytes_served", sent)
         except BlockingIOError:
             raise TimeoutError("socket send timed out") from None
+
+    def _send_file_tls(self, fd: int, offset: int, n: int):
+        """sendfile cannot go through TLS: read into one buffer, write it encrypted."""
+        buf = bytearray(min(n, 1 << 20))
+        view = memoryview(buf)
+        end = offset + n
+        while offset < end:
+            want = min(len(buf), end - offset)
+            got = os.preadv(fd, [view[:want]], offset)
+            if got == 0:
+                raise ConnectionAbortedError("file shrank while being sent")
+            self.connection.sendall(view[:got])
+            offset += got
+            if self._media:
+                self.server.stats.add("bytes_served", got)
 
     def _send_fast(self, head: bytes, body):
         if not isinstance(body, FileBody):
@@ -1532,7 +1584,11 @@ def parse_args(argv):
     p.add_argument("--refresh-token")
     p.add_argument("--precompute-hashes", action="store_true")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--tls-cert", help="PEM certificate (chain): also serve TLS on the port")
+    p.add_argument("--tls-key", help="PEM private key of --tls-cert")
     args = p.parse_args(argv)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        p.error("--tls-cert and --tls-key go together")
     refresh = (args.refresh_client_id, args.refresh_client_secret, args.refresh_token)
     if any(v is not None for v in refresh) and any(v is None for v in refresh):
         p.error("--refresh-client-id, --refresh-client-secret and --refresh-token go together")
@@ -1561,7 +1617,7 @@ def main(argv=None) -> int:
     args = parse_args(argv if argv is not None else sys.argv[1:])
     try:
         server = Server((args.host, args.port), args)
-    except (OSError, KeyFormatError, ValueError) as err:
+    except (OSError, KeyFormatError, ValueError, ssl.SSLError) as err:
         sys.stderr.write(f"gcs_test_server: cannot start: {err}\n")
         return 1
     if args.precompute_hashes:

@@ -648,5 +648,68 @@ class TestChecker(unittest.TestCase):
         self.assertEqual(q.returncode, 0, q.stdout)
 
 
+class TestStacked(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="views_ref_stacked_")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def source(self, tag, tensors):
+        d = os.path.join(self.tmp, tag)
+        os.makedirs(d)
+        entries = [(n, "F32", shape, np.arange(ref.numel(shape), dtype="<f4").view(np.uint8) + i)
+                   for i, (n, shape) in enumerate(tensors)]
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.write(ref.serialize_file(entries))
+        return ref.Source(d)
+
+    def test_experts_then_layers_and_runs(self):
+        L = "model.layers.%d."
+        tensors = [("model.embed_tokens.weight", [4, 2])]
+        for i in range(4):
+            tensors.append((L % i + "attn.weight", [2, 2]))
+            if i == 0:
+                tensors.append((L % i + "mlp.up.weight", [3, 2]))
+            else:
+                tensors += [(L % i + "mlp.experts.%d.up.weight" % j, [1, 2]) for j in range(2)]
+        src = self.source("runs", tensors)
+        got = {n: (shape, groups) for n, _, shape, groups in ref.stacked_tensors(src)}
+        self.assertEqual(sorted(got), ["model.embed_tokens.weight", "model.layers.0-0.mlp.up.weight",
+                                       "model.layers.1-3.mlp.experts.up.weight", "model.layers.attn.weight"])
+        self.assertEqual(got["model.layers.attn.weight"][0], [4, 2, 2])
+        self.assertEqual(got["model.layers.0-0.mlp.up.weight"][0], [1, 3, 2])
+        shape, groups = got["model.layers.1-3.mlp.experts.up.weight"]
+        self.assertEqual(shape, [3, 2, 1, 2])
+        self.assertEqual([[t.name for t in g] for g in groups][0],
+                         ["model.layers.1.mlp.experts.0.up.weight", "model.layers.1.mlp.experts.1.up.weight"])
+        stacked = ref.numpy_stack(groups, shape).view("<f4").reshape(shape)
+        want = np.stack([np.stack([src.by_name[t.name].f32().reshape(1, 2) for t in g]) for g in groups])
+        np.testing.assert_array_equal(stacked, want)
+
+    def test_taken_name_leaves_family_unstacked(self):
+        src = self.source("taken", [("model.layers.0.w", [2]), ("model.layers.1.w", [2]), ("model.layers.w", [1])])
+        self.assertEqual([n for n, _, _, _ in ref.stacked_tensors(src)],
+                         ["model.layers.0.w", "model.layers.1.w", "model.layers.w"])
+
+    def test_flipped_stacked_byte_fails(self):
+        src = os.path.join(self.tmp, "flip", "src")
+        mnt = os.path.join(self.tmp, "flip", "mnt")
+        make_edge_checkpoint.write_checkpoint(src, "bf16", 2, False)
+        make_fake_mount(src, mnt, views=["@stacked"])
+        rc, out = run_checker(["--mount", mnt, "--source", src, "--views", "@stacked"])
+        self.assertEqual(rc, 0, out)
+        name = sorted(f for f in os.listdir(os.path.join(mnt, "@stacked")) if f.endswith(".safetensors"))[0]
+        p = os.path.join(mnt, "@stacked", name)
+        data = bytearray(read_bytes(p))
+        data[-3] ^= 0x01
+        write_bytes(p, bytes(data))
+        rc, out = run_checker(["--mount", mnt, "--source", src, "--views", "@stacked"])
+        self.assertEqual(rc, 1, out)
+        self.assertIn("MISMATCH @stacked/%s: tensor" % name, out)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -58,7 +58,7 @@ int Main(int argc, char** argv) {
   double size_mib = 0;
   bool no_index = false;
   bool no_extra = false;
-  app.add_option("--arch", arch_name, "llama | qwen2 | mixtral | gpt2 | t5 | llama-tied")
+  app.add_option("--arch", arch_name, "llama | qwen2 | mixtral | gpt2 | t5 | llama-tied | deepseek-moe")
       ->capture_default_str();
   app.add_option("--layers", spec.layers, "blocks (T5: per stack)")->capture_default_str();
   app.add_option("--hidden", spec.hidden, "hidden size")->capture_default_str();
@@ -78,7 +78,7 @@ int Main(int argc, char** argv) {
 
   std::optional<Arch> arch = ParseArch(arch_name);
   if (!arch) {
-    std::fprintf(stderr, "tensorfs-testdata: unknown --arch '%s' (llama, qwen2, mixtral, gpt2, t5, llama-tied)\n",
+    std::fprintf(stderr, "tensorfs-testdata: unknown --arch '%s' (llama, qwen2, mixtral, gpt2, t5, llama-tied, deepseek-moe)\n",
                  arch_name.c_str());
     return 1;
   }

@@ -15,7 +15,8 @@ Contents
     dquantize8 (bnb dQuantize<0>), quantize_blockwise, dequantize_blockwise
   - LLM.int8 row-wise: int8_rowwise
   - views: Source (a local checkpoint directory), build_view (the expected
-    files of one view), layer grouping
+    files of one view), layer grouping; stacked_tensors (@stacked: the layer
+    families stacked with numpy.stack)
   - AirLLM emulation: airllm_layers, airllm_already_split,
     airllm_uncompress_layer
 
@@ -695,7 +696,7 @@ class Source(object):
 # ----------------------------------------------------------------------------
 
 VIEWS = ("@tensors", "splitted_model", "splitted_model.4bit", "splitted_model.8bit",
-         "@bnb-nf4", "@bnb-int8", "@bf16", "@f16")
+         "@bnb-nf4", "@bnb-int8", "@bf16", "@f16", "@stacked")
 
 
 class VT(object):
@@ -844,9 +845,41 @@ def _index_obj(files):
     return OrderedDict([("metadata", OrderedDict([("total_size", total)])), ("weight_map", wm)])
 
 
+FLOAT_DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+def declared_weight_dtype(cfg):
+    """The weights' dtype config.json declares at its top level, as transformers
+    reads it: "dtype" (4.56 and later) over "torch_dtype"; None unless it names
+    a float dtype."""
+    for key in ("dtype", "torch_dtype"):
+        v = (cfg or {}).get(key)
+        if v is not None:
+            return v if isinstance(v, str) and v in FLOAT_DTYPE_NAMES else None
+    return None
+
+
+def set_weight_dtype(obj, target):
+    """@bf16/@f16: every "dtype"/"torch_dtype" naming a float dtype, at the top
+    level, in nested sub-configs and in a per-sub-config map, becomes target.
+    No key is added."""
+    for key, v in obj.items():
+        if key in ("dtype", "torch_dtype") and isinstance(v, str) and v in FLOAT_DTYPE_NAMES:
+            obj[key] = target
+        elif key in ("dtype", "torch_dtype") and isinstance(v, dict):
+            for sub, sv in v.items():
+                if isinstance(sv, str) and sv in FLOAT_DTYPE_NAMES:
+                    v[sub] = target
+        elif isinstance(v, dict):
+            set_weight_dtype(v, target)
+
+
 def bnb_compute_dtype(src):
-    """Name of the dtype of the tensors @bnb-nf4 quantizes (first in storage
-    order); None if it quantizes none."""
+    """The dtype the model loads in: the config's declared dtype, else that of
+    the tensors @bnb-nf4 quantizes (first in storage order); None if neither."""
+    declared = declared_weight_dtype(src.config)
+    if declared is not None:
+        return declared
     for t in src.tensors:
         if bnb_quantizes(t):
             return TORCH_DTYPE_NAME[t.dtype]
@@ -918,13 +951,181 @@ def build_view(src, view, qz=None):
                 cfg = json.loads(json.dumps(src.config), object_pairs_hook=OrderedDict)
                 if view in ("@bnb-nf4", "@bnb-int8"):
                     cfg["quantization_config"] = quantization_config(src, view)
-                elif "torch_dtype" in cfg:
-                    cfg["torch_dtype"] = "bfloat16" if view == "@bf16" else "float16"
+                else:
+                    set_weight_dtype(cfg, "bfloat16" if view == "@bf16" else "float16")
                 out[fname] = JsonFile(cfg, "config")
             else:
                 out[fname] = RawFile(src.file_bytes(fname), origin="passthrough")
         return out
+    if view == "@stacked":
+        return _stacked_view(src)
     raise ValueError("unknown view %r" % view)
+
+
+# ----------------------------------------------------------------------------
+# @stacked: layer families stacked along a leading axis (README "@stacked")
+# ----------------------------------------------------------------------------
+
+MAX_INDEX_DIGITS = 9
+
+
+def _decimal(text):
+    if not text or len(text) > MAX_INDEX_DIGITS or not _DIGITS.match(text):
+        return None
+    return int(text)
+
+
+def block_stack(group):
+    """The stack ('model.layers.') of a layer group prefix that names a block
+    ('model.layers.3.' or, with a layer regex, 'model.layers.3.mlp.'), else None."""
+    parts = (group[:-1] if group.endswith(".") else group).split(".")
+    for i in range(len(parts) - 1):
+        if parts[i] in BLOCK_STACKS and _DIGITS.match(parts[i + 1]):
+            return ".".join(parts[:i + 1]) + "."
+    return None
+
+
+def split_layer(name, stack):
+    """(layer, rest) of '<stack><layer>.<rest>', else None."""
+    if not name.startswith(stack):
+        return None
+    tail = name[len(stack):]
+    layer, dot, rest = tail.partition(".")
+    i = _decimal(layer)
+    if i is None or not dot or not rest:
+        return None
+    return i, rest
+
+
+def split_expert(rest):
+    """(head, expert, tail) at the first 'experts.<j>.' component of rest with
+    something after it; head ends with 'experts.'; else None."""
+    parts = rest.split(".")
+    for k in range(len(parts) - 2):
+        if parts[k] == "experts":
+            j = _decimal(parts[k + 1])
+            tail = ".".join(parts[k + 2:])
+            if j is not None and tail:
+                return ".".join(parts[:k + 1]) + ".", j, tail
+    return None
+
+
+def stacked_tensors(src):
+    """The tensors of @stacked sorted by name: [(name, dtype, shape, [[SourceTensor]])],
+    the sources grouped per layer (one per expert within a layer)."""
+    members, passthrough = [], []
+    for t in src.tensors:
+        stack = block_stack(group_prefix(t.name))
+        split = split_layer(t.name, stack) if stack else None
+        if split is None:
+            passthrough.append(t)
+        else:
+            members.append((t, stack) + split)
+    nlayers = {}
+    for t, stack, layer, rest in members:
+        nlayers[stack] = max(nlayers.get(stack, 0), layer + 1)
+    families = OrderedDict()  # (stack, rest) -> [(layer, dtype, shape, [tensors])]
+    experts = OrderedDict()
+    for t, stack, layer, rest in members:
+        e = split_expert(rest)
+        if e is None:
+            families.setdefault((stack, rest), []).append((layer, t.dtype, t.shape, [t]))
+        else:
+            experts.setdefault((stack, layer, e[0], e[2]), []).append((e[1], t))
+    for (stack, layer, head, tail), lst in experts.items():
+        lst.sort(key=lambda x: x[0])
+        t0 = lst[0][1]
+        if [j for j, _ in lst] == list(range(len(lst))) and all(
+                t.dtype == t0.dtype and t.shape == t0.shape for _, t in lst):
+            families.setdefault((stack, head + tail), []).append(
+                (layer, t0.dtype, [len(lst)] + t0.shape, [t for _, t in lst]))
+        else:
+            for _, t in lst:
+                families.setdefault((stack, split_layer(t.name, stack)[1]), []).append((layer, t.dtype, t.shape, [t]))
+    plans = []  # [stack, rest, items, runs, names, stacked?]
+    for (stack, rest), items in families.items():
+        items.sort(key=lambda x: x[0])
+        layers = [x[0] for x in items]
+        if len(set(layers)) != len(layers):
+            plans.append([stack, rest, items, [], [], False])
+            continue
+        runs = []
+        for k, item in enumerate(items):
+            if runs and item[0] == items[k - 1][0] + 1 and item[1:3] == runs[-1][0][1:3]:
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        whole = len(runs) == 1 and items[0][0] == 0 and items[-1][0] + 1 == nlayers[stack]
+        names = [stack + rest if whole else "%s%d-%d.%s" % (stack, run[0][0], run[-1][0], rest) for run in runs]
+        plans.append([stack, rest, items, runs, names, True])
+    while True:  # a stacked name that another tensor has: that family stays unstacked
+        uses = {}
+        for t in passthrough:
+            uses[t.name] = uses.get(t.name, 0) + 1
+        for p in plans:
+            for n in (p[4] if p[5] else [t.name for item in p[2] for t in item[3]]):
+                uses[n] = uses.get(n, 0) + 1
+        changed = False
+        for p in plans:
+            if p[5] and any(uses[n] > 1 for n in p[4]):
+                p[5] = False
+                changed = True
+        if not changed:
+            break
+    out = [(t.name, t.dtype, t.shape, [[t]]) for t in passthrough]
+    for stack, rest, items, runs, names, stacked in plans:
+        if not stacked:
+            out.extend((t.name, t.dtype, t.shape, [[t]]) for item in items for t in item[3])
+            continue
+        for run, name in zip(runs, names):
+            out.append((name, run[0][1], [len(run)] + run[0][2], [item[3] for item in run]))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def numpy_stack(groups, shape):
+    """numpy.stack of the source tensors: over the experts of each layer, then
+    over the layers, into `shape` (elements as rows of raw bytes); the bytes as
+    a uint8 array."""
+    def arr(t):
+        return t.raw().reshape(t.shape + [DTYPE_SIZES[t.dtype]])
+    item = list(shape[1:]) + [DTYPE_SIZES[groups[0][0].dtype]]
+    per_layer = [np.stack([arr(t) for t in g]).reshape(item) for g in groups]
+    return np.stack(per_layer).reshape(-1)
+
+
+def _stacked_view(src):
+    tensors = stacked_tensors(src)
+    total = sum(numel(shape) * DTYPE_SIZES[dtype] for _, dtype, shape, _ in tensors)
+    parts = max(1, len(src.shards))
+    files = []
+    start = 0
+    last = None
+    for name, dtype, shape, groups in tensors:
+        part = start * parts // total if total else 0  # the equal part where its first byte falls
+        if part != last:
+            files.append([])
+            last = part
+        start += numel(shape) * DTYPE_SIZES[dtype]
+        if name != groups[0][0].name:
+            vt = VT(name, dtype, shape, lambda g=groups, s=shape: numpy_stack(g, s))
+        else:
+            vt = _passthrough(groups[0][0])
+        files[-1].append(vt)
+    out = OrderedDict()
+    for k, tensors in enumerate(files):
+        fname = "model.safetensors" if len(files) == 1 else "model-%05d-of-%05d.safetensors" % (k + 1, len(files))
+        out[fname] = StFile(tensors)
+    had_index = any(f.endswith(".safetensors.index.json") for f in src.other_files)
+    others = OrderedDict()
+    for fname in src.other_files:
+        if not fname.endswith(".safetensors.index.json"):
+            others[fname] = RawFile(src.file_bytes(fname), origin="passthrough")
+    if len(files) > 1 or had_index:
+        others[Source.INDEX] = JsonFile(_index_obj(out), "index")
+    for fname in sorted(others):
+        out[fname] = others[fname]
+    return out
 
 
 # ----------------------------------------------------------------------------

@@ -1,6 +1,10 @@
 #include "core/store/gcs/gcs_options.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 namespace tensorfs {
@@ -30,6 +34,24 @@ bool LooksLikeIpv4(std::string_view s) {
 }
 
 bool HasScheme(std::string_view s) { return s.find("://") != std::string_view::npos; }
+
+// Catches a wrong path or a file of the wrong kind at start-up; whether the
+// certificates vouch for the endpoint is for the first TLS handshake to say.
+Status CheckCaFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return InvalidArgumentError("ca_file " + path + " cannot be read (" + std::strerror(errno) +
+                                "): give a PEM file of CA certificates");
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
+    return InvalidArgumentError("ca_file " + path +
+                                " holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' line): give the CA "
+                                "certificates in PEM form, e.g. openssl x509 -in ca.der -inform der -out ca.pem");
+  }
+  return OkStatus();
+}
 
 }  // namespace
 
@@ -142,6 +164,7 @@ Status ValidateGcsOptions(const GcsOptions& options) {
     return InvalidArgumentError("-o anonymous and -o key_file=" + options.key_file +
                                 " contradict each other; pass one of them");
   }
+  if (!options.ca_file.empty()) RETURN_IF_ERROR(CheckCaFile(options.ca_file));
   if (options.max_connections < 1 || options.max_connections > 4096) {
     return InvalidArgumentError("max_connections=" + std::to_string(options.max_connections) +
                                 " is out of range (1 to 4096)");

@@ -31,6 +31,9 @@ struct GcsOptions {
   // -o key_file=PATH: a service-account key (or authorized_user) JSON file that
   // takes precedence over Application Default Credentials.
   std::string key_file;
+  // -o ca_file=PATH: PEM CA certificates that https endpoints are verified
+  // against instead of the system's. "" = the system's CA certificates.
+  std::string ca_file;
   // Upper bound on requests in flight (and so on open connections).
   int max_connections = 64;
   std::chrono::milliseconds connect_timeout{10000};
@@ -39,7 +42,9 @@ struct GcsOptions {
   // How long one operation keeps retrying transient failures without progress.
   std::chrono::seconds retry_deadline{120};
   std::chrono::milliseconds initial_backoff{100};
-  std::chrono::milliseconds max_backoff{30000};
+  // Each wait between attempts is at most this long (and at most 1 s after a
+  // failure to connect), so a server that recovers is found within seconds.
+  std::chrono::milliseconds max_backoff{2000};
 };
 
 // Parses "gs://bucket" or "gs://bucket/some/prefix[/]" into bucket and prefix
@@ -56,7 +61,8 @@ StatusOr<GcsOptions> ParseGcsUrl(std::string_view url);
 std::string ResolveEndpoint(std::string_view explicit_endpoint);
 
 // Checks the options for a store: bucket name, prefix form, endpoint scheme,
-// limits and timeouts, and that anonymous and key_file are not both given.
+// limits and timeouts, that anonymous and key_file are not both given, and
+// that a ca_file can be read and holds a PEM certificate.
 Status ValidateGcsOptions(const GcsOptions& options);
 
 // Checks a bucket name against the GCS naming rules.

@@ -1,5 +1,6 @@
 #include "core/store/gcs/gcs_store.h"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -43,8 +44,14 @@ bool IsTransient(const Status& s) {
 }
 
 AttemptResult FromCredentialsError(const Status& s) {
-  return IsTransient(s) ? AttemptResult::Transient(s) : AttemptResult::Permanent(s);
+  return IsTransient(s) ? AttemptResult::Transient(s, false, RetryCause::kCredentials) : AttemptResult::Permanent(s);
 }
+
+// How many failing ranges RetryWindows remembers, and for how long after their
+// last failure: long enough for the kernel (or a loader) to repeat a failed
+// read, short enough that a user trying again later gets a full window.
+constexpr size_t kRetryWindowCapacity = 1024;
+constexpr std::chrono::seconds kRetryWindowMemory{10};
 
 std::string RangeText(uint64_t first, uint64_t last) {
   return "bytes " + std::to_string(first) + "-" + std::to_string(last);
@@ -117,6 +124,7 @@ StatusOr<std::unique_ptr<GcsStore>> GcsStore::Create(const GcsOptions& options, 
     http_options.max_connections = options.max_connections;
     http_options.connect_timeout = options.connect_timeout;
     http_options.stall_timeout = options.stall_timeout;
+    http_options.ca_file = options.ca_file;
     ASSIGN_OR_RETURN(deps.http, MakeCurlHttpClient(http_options));
   }
   if (deps.credentials == nullptr) {
@@ -141,7 +149,11 @@ GcsStore::GcsStore(const GcsOptions& options, std::string endpoint, Dependencies
       jitter_(std::move(deps.jitter)),
       http_(std::move(deps.http)),
       credentials_(std::move(deps.credentials)),
-      retry_log_limiter_(clock_, std::chrono::seconds(1)) {}
+      own_metrics_(deps.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
+      metrics_(deps.metrics != nullptr ? *deps.metrics : *own_metrics_),
+      health_(clock_),
+      windows_(kRetryWindowCapacity, kRetryWindowMemory),
+      retry_log_limiter_(clock_, std::chrono::seconds(1), "GCS request retries") {}
 
 GcsStore::~GcsStore() = default;
 
@@ -182,20 +194,31 @@ StatusOr<HttpResponse> GcsStore::Send(const HttpRequest& request) {
   }
 }
 
-Status GcsStore::RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt) {
+Status GcsStore::RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt,
+                                const RetryWindows::Range* range) {
   RetryOptions retry;
   retry.initial_backoff = options_.initial_backoff;
   retry.max_backoff = options_.max_backoff;
+  retry.max_reconnect_backoff = std::min(retry.max_reconnect_backoff, options_.max_backoff);
   retry.deadline = options_.retry_deadline;
   RetryLoop loop(retry, clock_, jitter_);
-  return loop.Run(what, attempt, [&](int attempt_number, const Status& error, std::chrono::milliseconds delay) {
+  RetryLoop::Hooks hooks;
+  hooks.health = &health_;
+  if (range != nullptr) {
+    hooks.window_start = [&](Clock::TimePoint now) { return windows_.Open(*range, now); };
+    hooks.on_progress = [&](Clock::TimePoint now) { windows_.Restart(*range, now); };
+  }
+  hooks.on_retry = [&](int attempt_number, const AttemptResult& result, std::chrono::milliseconds delay) {
     ++retries_;
-    if (std::optional<uint64_t> suppressed = retry_log_limiter_.Allow()) {
-      spdlog::warn("{}: {}; retrying in {} ms (attempt {} failed){}", what, error.message(), delay.count(),
-                   attempt_number,
-                   *suppressed > 0 ? " [" + std::to_string(*suppressed) + " similar warnings suppressed]" : "");
-    }
-  });
+    metrics_.retries.Count(result.cause, result.http_status);
+    if (range != nullptr) windows_.Failed(*range, clock_.Now());
+    retry_log_limiter_.Warn(fmt::format("{}: {}; retrying in {} ms (attempt {} failed)", what,
+                                        result.status.message(), delay.count(), attempt_number));
+  };
+  Status s = loop.Run(what, attempt, hooks);
+  if (loop.gave_up()) metrics_.retries.exhausted.fetch_add(1, std::memory_order_relaxed);
+  if (s.ok() && range != nullptr) windows_.Succeeded(*range);
+  return s;
 }
 
 StatusOr<ObjectInfo> GcsStore::Stat(std::string_view name) {
@@ -304,10 +327,16 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
   if (pinned) base_url += "&generation=" + object.generation.ToString();
 
   uint64_t done = 0;  // bytes of `out` filled so far; a retry asks for the rest
+  uint64_t resumed = 0;  // of which counted as resumed (kept from a cut-short response)
   // An unpinned read is pinned, once bytes arrived, to the generation they came
   // from, so a resumed read never mixes two versions.
   std::string seen_generation;
+  const RetryWindows::Range range{full_name, object.generation.value, offset, last};
   Status s = RunWithRetries(ctx.what, [&]() -> AttemptResult {
+    if (done > resumed) {
+      metrics_.retries.resumed_bytes.fetch_add(done - resumed, std::memory_order_relaxed);
+      resumed = done;
+    }
     const uint64_t first = offset + done;
     HttpRequest req;
     req.url = base_url;
@@ -360,7 +389,7 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
       return AttemptResult::Transient(
           UnavailableError("body cut short: " + std::to_string(got) + " of " + std::to_string(last - first + 1) +
                            " bytes arrived (" + RangeText(first, last) + ")"),
-          got > 0);
+          got > 0, RetryCause::kTruncated);
     }
     AttemptResult result = ClassifyHttpResponse(*r, ctx);
     result.progress = got > 0;
@@ -369,7 +398,7 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
                                                        " of " + std::to_string(last - first + 1) + " bytes");
     }
     return result;
-  });
+  }, &range);
   if (s.ok() || s.code() != ErrorCode::kStale || !pinned) return s;
   // The generation is gone: tell a replaced object (kStale) from a deleted one.
   StatusOr<ObjectInfo> now = StatFullName(full_name);

@@ -11,8 +11,15 @@
 // left out of listings.
 //
 // Every operation runs under a RetryLoop (retry.h): transient failures are
-// retried with jittered backoff until GcsOptions::retry_deadline passes without
-// progress, and a read cut short resumes from its first missing byte. A 401
+// retried with jittered backoff (each wait at most 2 s, 1 s after a failure to
+// connect) until GcsOptions::retry_deadline passes without progress, and a read
+// cut short resumes from its first missing byte. The store's requests share one
+// EndpointHealth, so when the server comes back the first request through
+// wakes the others waiting to reconnect. A read's retry window runs from the
+// first failure of its bytes, also across reads that repeat them (RetryWindows:
+// the kernel reads the bytes again after an EIO), so EIO comes within
+// retry_deadline of that first failure, plus one attempt (at most a stall or a
+// connect timeout). Retries are counted by cause in the Metrics. A 401
 // refreshes the access token once. Reads are pinned to the generation they are
 // given: if that generation is gone the read fails with kStale (kNotFound if the
 // object itself was deleted), never returning bytes of another version.
@@ -23,7 +30,8 @@
 // Thread-safety: all methods may be called concurrently from many threads; each
 // call blocks its thread. The store holds no lock across a request; its shared
 // state is the HttpClient and CredentialsProvider (both thread-safe), atomic
-// counters and a log rate limiter.
+// counters, the EndpointHealth and RetryWindows (leaf locks) and a log rate
+// limiter.
 #ifndef TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
 #define TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
 
@@ -36,6 +44,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/metrics/metrics.h"
 #include "core/store/gcs/credentials.h"
 #include "core/store/gcs/gcs_options.h"
 #include "core/store/gcs/http.h"
@@ -53,6 +62,7 @@ class GcsStore : public ObjectStore {
     std::unique_ptr<CredentialsProvider> credentials;  // default: MakeCredentials(options, *http, *clock)
     Clock* clock = nullptr;                            // default: SystemClock(); must outlive the store
     JitterSource jitter;                               // default: DefaultJitter()
+    Metrics* metrics = nullptr;  // retries are counted here; default: the store's own. Must outlive the store.
   };
 
   // Validates `options`, resolves the endpoint and finds credentials (which may
@@ -75,6 +85,9 @@ class GcsStore : public ObjectStore {
   };
   Counters counters() const;
 
+  // Where retries are counted (Dependencies::metrics, or the store's own).
+  const Metrics& metrics() const { return metrics_; }
+
   const std::string& endpoint() const { return endpoint_; }
   const CredentialsProvider& credentials() const { return *credentials_; }
 
@@ -86,8 +99,11 @@ class GcsStore : public ObjectStore {
   // Sends `request` with the Authorization header; on a 401 drops the token and
   // sends it once more. Fails only if no token could be had.
   StatusOr<HttpResponse> Send(const HttpRequest& request);
-  // Runs one operation's attempts, logging retries (rate-limited).
-  Status RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt);
+  // Runs one operation's attempts, counting and logging (rate-limited) its
+  // retries. With `range`, a read's: its window continues an earlier failure
+  // of those bytes (see RetryWindows).
+  Status RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt,
+                        const RetryWindows::Range* range = nullptr);
   StatusOr<ObjectInfo> StatFullName(const std::string& full_name);
 
   const GcsOptions options_;
@@ -97,6 +113,10 @@ class GcsStore : public ObjectStore {
   // http_ is declared before credentials_, which calls it, so it is destroyed after.
   std::unique_ptr<HttpClient> http_;
   std::unique_ptr<CredentialsProvider> credentials_;
+  std::unique_ptr<Metrics> own_metrics_;  // when none was given
+  Metrics& metrics_;
+  EndpointHealth health_;
+  RetryWindows windows_;
   LogRateLimiter retry_log_limiter_;
   std::atomic<uint64_t> requests_{0};
   std::atomic<uint64_t> retries_{0};

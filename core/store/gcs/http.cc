@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -28,6 +29,13 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+// "https://host:port" of a URL, for messages about the peer.
+std::string Origin(std::string_view url) {
+  size_t scheme = url.find("://");
+  size_t path = url.find('/', scheme == std::string_view::npos ? 0 : scheme + 3);
+  return std::string(url.substr(0, path));
+}
+
 TransportError ClassifyCurlCode(CURLcode code) {
   switch (code) {
     case CURLE_OK:
@@ -40,12 +48,13 @@ TransportError ClassifyCurlCode(CURLcode code) {
       return TransportError::kTimeout;
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
-    case CURLE_PARTIAL_FILE:
     case CURLE_GOT_NOTHING:
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
       return TransportError::kConnectionLost;
+    case CURLE_PARTIAL_FILE:
+      return TransportError::kTruncated;
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
@@ -71,20 +80,50 @@ struct Transfer {
   TransportError abort_reason = TransportError::kNone;
   // Stall detection: when a byte last arrived, and how long to wait for the next.
   std::chrono::steady_clock::time_point last_activity;
-  std::chrono::seconds stall_timeout{0};
+  std::chrono::nanoseconds stall_timeout{0};
+  std::chrono::nanoseconds stalled_for{0};  // how long it had been silent when dropped
 };
 
-// libcurl's own low-speed check averages over a window of several seconds, so a
-// response that stops after a burst would only be noticed seconds late. This
-// callback (called at least once a second) aborts as soon as no byte has
-// arrived for stall_timeout.
-int OnProgress(void* userdata, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  auto* t = static_cast<Transfer*>(userdata);
-  if (std::chrono::steady_clock::now() - t->last_activity >= t->stall_timeout) {
-    t->abort_reason = TransportError::kTimeout;
-    return 1;  // CURLE_ABORTED_BY_CALLBACK
+// Runs `easy` to completion on its own multi handle and drops it once no byte
+// has arrived for transfer.stall_timeout. libcurl's low-speed check and progress
+// callback both run on one-second ticks (and the former averages the speed over
+// several seconds), so a 3 s stall would be noticed up to a second or more
+// late; here the wait for socket activity ends at the stall deadline itself, so
+// the drop comes within milliseconds of it.
+CURLcode RunTransfer(CURL* easy, CURLM* multi, Transfer& transfer) {
+  if (curl_multi_add_handle(multi, easy) != CURLM_OK) return CURLE_FAILED_INIT;
+  CURLcode result = CURLE_OK;
+  for (;;) {
+    int running = 0;
+    if (curl_multi_perform(multi, &running) != CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
+    if (running == 0) {
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+        if (m->msg == CURLMSG_DONE && m->easy_handle == easy) result = m->data.result;
+      }
+      break;
+    }
+    const auto silent = std::chrono::steady_clock::now() - transfer.last_activity;
+    if (silent >= transfer.stall_timeout) {
+      transfer.abort_reason = TransportError::kStalled;
+      transfer.stalled_for = silent;
+      result = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    // Wake at the stall deadline at the latest (libcurl may ask for sooner).
+    const auto until_stall = std::chrono::ceil<std::chrono::milliseconds>(transfer.stall_timeout - silent);
+    const int wait_ms = static_cast<int>(std::clamp<int64_t>(until_stall.count(), 1, 1000));
+    if (curl_multi_poll(multi, nullptr, 0, wait_ms, nullptr) != CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
   }
-  return 0;
+  // Removing a transfer still running (a stall) closes its connection.
+  curl_multi_remove_handle(multi, easy);
+  return result;
 }
 
 size_t OnHeader(char* data, size_t size, size_t count, void* userdata) {
@@ -146,8 +185,9 @@ void GlobalInitOnce() {
 
 // The libcurl client.
 //
-// Connection reuse: each pooled easy handle keeps its own connections alive
-// between requests (curl_easy_reset keeps them), and handles are reused LIFO so
+// Connection reuse: each pooled easy handle runs on its own multi handle (see
+// RunTransfer), which keeps the pair's connections alive between requests
+// (curl_easy_reset does not touch them), and handles are reused LIFO so
 // the warmest connection is tried first. The DNS cache and TLS session cache are
 // shared through a CURLSH. The connection cache is deliberately not shared:
 // libcurl's shared connection cache is not thread-safe when transfers run in
@@ -165,7 +205,10 @@ class CurlHttpClient : public HttpClient {
   ~CurlHttpClient() override {
     MutexLock lock(mu_);
     TENSORFS_CHECK(idle_.size() == static_cast<size_t>(handles_));  // no Perform() in flight
-    for (CURL* h : idle_) curl_easy_cleanup(h);
+    for (Handle& h : idle_) {
+      curl_multi_cleanup(h.multi);
+      curl_easy_cleanup(h.easy);
+    }
     idle_.clear();
     if (share_ != nullptr) curl_share_cleanup(share_);
   }
@@ -184,7 +227,8 @@ class CurlHttpClient : public HttpClient {
 
   HttpResponse Perform(const HttpRequest& request) override {
     HttpResponse response;
-    CURL* h = Acquire();
+    Handle handle = Acquire();
+    CURL* h = handle.easy;
     if (h == nullptr) {
       response.error = TransportError::kOther;
       response.error_message = "cannot create a libcurl handle (out of memory?)";
@@ -210,6 +254,7 @@ class CurlHttpClient : public HttpClient {
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_2TLS));
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 60L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 20L);
@@ -218,12 +263,7 @@ class CurlHttpClient : public HttpClient {
     const auto connect_timeout =
         request.connect_timeout.count() > 0 ? request.connect_timeout : options_.connect_timeout;
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_timeout.count()));
-    // The precise stall check is OnProgress; libcurl's low-speed check is a backstop.
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, static_cast<long>(options_.stall_timeout.count()));
-    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &OnProgress);
-    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &transfer);
+    // Stalls are detected by RunTransfer, to the millisecond.
     if (request.total_timeout.count() > 0) {
       curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(request.total_timeout.count()));
     }
@@ -243,7 +283,7 @@ class CurlHttpClient : public HttpClient {
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error_buffer);
 
     transfer.last_activity = std::chrono::steady_clock::now();
-    CURLcode rc = curl_easy_perform(h);
+    CURLcode rc = RunTransfer(h, handle.multi, transfer);
     long status = 0;
     if (curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status != 0) {
       response.status = status;
@@ -259,39 +299,60 @@ class CurlHttpClient : public HttpClient {
           response.error_message =
               "the response body exceeded " + std::to_string(request.max_body_bytes) + " bytes";
           break;
-        default:
-          response.error_message = "stalled: no bytes for " + std::to_string(options_.stall_timeout.count()) +
-                                   " s after " + std::to_string(response.sink_bytes + response.body.size()) +
-                                   " body bytes";
+        default: {
+          char silent[32];
+          std::snprintf(silent, sizeof silent, "%.1f", std::chrono::duration<double>(transfer.stalled_for).count());
+          response.error_message = std::string("stalled: no bytes for ") + silent + " s (stall_timeout " +
+                                   std::to_string(options_.stall_timeout.count()) + " s) after " +
+                                   std::to_string(response.sink_bytes + response.body.size()) + " body bytes";
           break;
+        }
       }
     } else if (rc != CURLE_OK) {
       response.error = ClassifyCurlCode(rc);
       response.error_message = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(rc);
+      if (response.error == TransportError::kTls && !options_.ca_file.empty()) {
+        response.error_message = "TLS certificate of " + Origin(request.url) + " not trusted by CA file " +
+                                 options_.ca_file + ": " + response.error_message;
+      }
     }
 
     curl_slist_free_all(headers);
-    Release(h);
+    Release(handle);
     return response;
   }
 
  private:
-  CURL* Acquire() EXCLUDES(mu_) {
+  // An easy handle and the multi handle it runs on. The multi handle holds the
+  // connections it opened, so the pair stays together for reuse.
+  struct Handle {
+    CURL* easy = nullptr;
+    CURLM* multi = nullptr;
+  };
+
+  // A pooled handle, or a new one; {nullptr, nullptr} if libcurl cannot make one.
+  Handle Acquire() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     cv_.Wait(mu_, [&]() REQUIRES(mu_) { return !idle_.empty() || handles_ < options_.max_connections; });
     if (!idle_.empty()) {
-      CURL* h = idle_.back();
+      Handle h = idle_.back();
       idle_.pop_back();
       return h;
     }
-    CURL* h = curl_easy_init();
-    if (h != nullptr) ++handles_;
+    Handle h{curl_easy_init(), curl_multi_init()};
+    if (h.easy == nullptr || h.multi == nullptr) {
+      if (h.easy != nullptr) curl_easy_cleanup(h.easy);
+      if (h.multi != nullptr) curl_multi_cleanup(h.multi);
+      return Handle{};
+    }
+    curl_multi_setopt(h.multi, CURLMOPT_MAXCONNECTS, 4L);
+    ++handles_;
     return h;
   }
 
-  void Release(CURL* h) EXCLUDES(mu_) {
+  void Release(Handle h) EXCLUDES(mu_) {
     // Clears options but keeps live connections, the DNS and TLS-session links.
-    curl_easy_reset(h);
+    curl_easy_reset(h.easy);
     {
       MutexLock lock(mu_);
       idle_.push_back(h);
@@ -311,7 +372,7 @@ class CurlHttpClient : public HttpClient {
   std::array<std::mutex, CURL_LOCK_DATA_LAST> share_locks_;
   Mutex mu_;
   CondVar cv_;
-  std::vector<CURL*> idle_ GUARDED_BY(mu_);
+  std::vector<Handle> idle_ GUARDED_BY(mu_);
   int handles_ GUARDED_BY(mu_) = 0;
 };
 
@@ -322,7 +383,9 @@ std::string_view TransportErrorName(TransportError e) {
     case TransportError::kNone: return "ok";
     case TransportError::kConnectFailed: return "cannot connect";
     case TransportError::kTimeout: return "timed out";
+    case TransportError::kStalled: return "stalled";
     case TransportError::kConnectionLost: return "connection lost";
+    case TransportError::kTruncated: return "body cut short";
     case TransportError::kTls: return "TLS error";
     case TransportError::kSinkOverflow: return "response longer than requested";
     case TransportError::kBodyTooLarge: return "response body too large";

@@ -39,8 +39,10 @@ using HttpHeaders = std::map<std::string, std::string, std::less<>>;
 enum class TransportError {
   kNone,
   kConnectFailed,   // DNS failure, connection refused, unreachable
-  kTimeout,         // connect timeout, stall (no bytes for stall_timeout) or overall timeout
-  kConnectionLost,  // reset, closed early, truncated body, HTTP/2 stream error, TLS handshake cut
+  kTimeout,         // connect timeout or overall timeout
+  kStalled,         // no byte arrived for stall_timeout (the transfer was dropped)
+  kConnectionLost,  // reset, closed early, HTTP/2 stream error, TLS handshake cut
+  kTruncated,       // the connection closed cleanly before the body's Content-Length
   kTls,             // certificate verification or other TLS failure
   kSinkOverflow,    // the server sent more body bytes than the sink can hold
   kBodyTooLarge,    // an in-memory body exceeded HttpRequest::max_body_bytes
@@ -96,8 +98,14 @@ class HttpClient {
 struct CurlHttpOptions {
   int max_connections = 64;  // transfers in flight; further callers wait for a handle
   std::chrono::milliseconds connect_timeout{10000};
-  std::chrono::seconds stall_timeout{30};  // CURLOPT_LOW_SPEED_LIMIT 1 over this time
+  // A transfer that receives no byte for this long is dropped (kStalled); the
+  // check runs to the millisecond, not at libcurl's one-second ticks.
+  std::chrono::seconds stall_timeout{30};
   std::string user_agent = "tensorfs/0.1";
+  // PEM CA bundle for verifying https peers (CURLOPT_CAINFO); "" = libcurl's
+  // default (the system's CA certificates). A peer it does not vouch for fails
+  // with kTls and a message naming the endpoint and this file.
+  std::string ca_file;
 };
 
 // The libcurl client. Fails only if libcurl cannot be initialised.

@@ -28,10 +28,11 @@ JitterSource DefaultJitter() {
 Backoff::Backoff(const RetryOptions& options, JitterSource jitter)
     : options_(options), jitter_(std::move(jitter)), cap_(options.initial_backoff) {}
 
-std::chrono::milliseconds Backoff::Next() {
+std::chrono::milliseconds Backoff::Next(bool reconnect) {
   const double fraction = std::clamp(jitter_(), 0.0, 1.0);
+  const std::chrono::milliseconds cap = reconnect ? std::min(cap_, options_.max_reconnect_backoff) : cap_;
   const auto delay = std::chrono::milliseconds(
-      static_cast<int64_t>(std::llround(fraction * static_cast<double>(cap_.count()))));
+      static_cast<int64_t>(std::llround(fraction * static_cast<double>(cap.count()))));
   const double next = static_cast<double>(cap_.count()) * options_.multiplier;
   cap_ = next >= static_cast<double>(options_.max_backoff.count())
              ? options_.max_backoff
@@ -41,32 +42,123 @@ std::chrono::milliseconds Backoff::Next() {
 
 void Backoff::Reset() { cap_ = options_.initial_backoff; }
 
+void EndpointHealth::RecordSuccess() {
+  {
+    MutexLock lock(mu_);
+    successes_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  cv_.NotifyAll();
+}
+
+bool EndpointHealth::WaitForSuccess(uint64_t seen, std::chrono::nanoseconds delay) {
+  MutexLock lock(mu_);
+  return clock_.WaitFor(mu_, cv_, delay, [&] { return successes_.load(std::memory_order_acquire) != seen; });
+}
+
+bool RetryWindows::Overlaps(const Range& a, const Range& b) {
+  return a.generation == b.generation && a.first <= b.last && b.first <= a.last && a.object == b.object;
+}
+
+RetryWindows::Entry* RetryWindows::Find(const Range& range, Clock::TimePoint now) {
+  std::erase_if(entries_, [&](const Entry& e) { return now - e.last_failure > forget_after_; });
+  count_.store(entries_.size(), std::memory_order_relaxed);
+  for (Entry& e : entries_) {
+    if (Overlaps(e.range, range)) return &e;
+  }
+  return nullptr;
+}
+
+Clock::TimePoint RetryWindows::Open(const Range& range, Clock::TimePoint now) {
+  MutexLock lock(mu_);
+  if (Entry* e = Find(range, now)) {
+    e->last_failure = now;
+    return e->window_start;
+  }
+  if (entries_.size() >= capacity_ && !entries_.empty()) {
+    auto oldest = std::min_element(entries_.begin(), entries_.end(),
+                                   [](const Entry& a, const Entry& b) { return a.last_failure < b.last_failure; });
+    entries_.erase(oldest);
+  }
+  if (capacity_ > 0) entries_.push_back(Entry{range, now, now});
+  count_.store(entries_.size(), std::memory_order_relaxed);
+  return now;
+}
+
+void RetryWindows::Failed(const Range& range, Clock::TimePoint now) {
+  MutexLock lock(mu_);
+  for (Entry& e : entries_) {
+    if (Overlaps(e.range, range)) e.last_failure = std::max(e.last_failure, now);
+  }
+}
+
+void RetryWindows::Restart(const Range& range, Clock::TimePoint now) {
+  MutexLock lock(mu_);
+  for (Entry& e : entries_) {
+    if (Overlaps(e.range, range)) {
+      e.window_start = now;
+      e.last_failure = std::max(e.last_failure, now);
+    }
+  }
+}
+
+void RetryWindows::Succeeded(const Range& range) {
+  if (count_.load(std::memory_order_relaxed) == 0) return;  // the common case: nothing is failing
+  MutexLock lock(mu_);
+  std::erase_if(entries_, [&](const Entry& e) { return Overlaps(e.range, range); });
+  count_.store(entries_.size(), std::memory_order_relaxed);
+}
+
+size_t RetryWindows::size() const {
+  MutexLock lock(mu_);
+  return entries_.size();
+}
+
 RetryLoop::RetryLoop(const RetryOptions& options, Clock& clock, JitterSource jitter)
     : options_(options), clock_(clock), backoff_(options, std::move(jitter)) {}
 
 Status RetryLoop::Run(std::string_view what, const std::function<AttemptResult()>& attempt,
                       const RetryObserver& on_retry) {
+  Hooks hooks;
+  hooks.on_retry = on_retry;
+  return Run(what, attempt, hooks);
+}
+
+Status RetryLoop::Run(std::string_view what, const std::function<AttemptResult()>& attempt, const Hooks& hooks) {
   const Clock::TimePoint start = clock_.Now();
-  Clock::TimePoint window_start = start;
+  std::optional<Clock::TimePoint> window_start;  // set at the first failure
   for (;;) {
     ++attempts_;
+    const uint64_t seen = hooks.health != nullptr ? hooks.health->successes() : 0;
     AttemptResult result = attempt();
+    if (hooks.health != nullptr && (result.status.ok() || result.progress)) hooks.health->RecordSuccess();
     if (result.status.ok()) return OkStatus();
     if (!result.retryable) return result.status;
     const Clock::TimePoint now = clock_.Now();
     if (result.progress) {
       window_start = now;
       backoff_.Reset();
+      if (hooks.on_progress) hooks.on_progress(now);
+    } else if (!window_start.has_value()) {
+      window_start = hooks.window_start ? std::min(hooks.window_start(now), now) : now;
     }
-    const std::chrono::milliseconds delay = backoff_.Next();
-    if (now + delay > window_start + options_.deadline) {
-      return Status(result.status.code(),
-                    std::string(what) + ": gave up after " + std::to_string(attempts_) +
-                        (attempts_ == 1 ? " attempt" : " attempts") + " over " + FormatSeconds(now - start) +
-                        ": " + result.status.message());
+    const bool reconnect = result.cause == RetryCause::kConnect;
+    const std::chrono::milliseconds delay = backoff_.Next(reconnect);
+    if (now + delay > *window_start + options_.deadline) {
+      gave_up_ = true;
+      std::string over = *window_start < start
+                             ? FormatSeconds(now - start) + " (" + FormatSeconds(now - *window_start) +
+                                   " since these bytes first failed)"
+                             : FormatSeconds(now - start);
+      return Status(result.status.code(), std::string(what) + ": gave up after " + std::to_string(attempts_) +
+                                              (attempts_ == 1 ? " attempt" : " attempts") + " over " + over +
+                                              ": " + result.status.message());
     }
-    if (on_retry) on_retry(attempts_, result.status, delay);
-    clock_.Sleep(delay);
+    if (hooks.on_retry) hooks.on_retry(attempts_, result, delay);
+    if (hooks.health != nullptr && reconnect) {
+      hooks.health->WaitForSuccess(seen, delay);
+    } else {
+      clock_.Sleep(delay);
+    }
   }
 }
 
@@ -107,10 +199,17 @@ AttemptResult ClassifyHttpResponse(const HttpResponse& r, const RequestContext& 
     case TransportError::kNone:
       break;
     case TransportError::kConnectFailed:
+      return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kConnect);
     case TransportError::kConnectionLost:
-      return AttemptResult::Transient(UnavailableError(r.Summary()));
+      return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kReset);
+    case TransportError::kTruncated:
+      return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kTruncated);
+    case TransportError::kStalled:
+      return AttemptResult::Transient(DeadlineExceededError(r.Summary()), false, RetryCause::kStall);
     case TransportError::kTimeout:
-      return AttemptResult::Transient(DeadlineExceededError(r.Summary()));
+      // No status line yet: the connection (or the request) never got through.
+      return AttemptResult::Transient(DeadlineExceededError(r.Summary()), false,
+                                      r.status == 0 ? RetryCause::kConnect : RetryCause::kStall);
     case TransportError::kTls:
       return AttemptResult::Permanent(UnavailableError(
           "TLS failure while accessing " + c.object_url + ": " + r.Summary() +
@@ -126,7 +225,8 @@ AttemptResult ClassifyHttpResponse(const HttpResponse& r, const RequestContext& 
 
   const long s = r.status;
   if (IsRetryableHttpStatus(s)) {
-    return AttemptResult::Transient(UnavailableError(WithServerMessage("HTTP " + std::to_string(s), r)));
+    return AttemptResult::Transient(UnavailableError(WithServerMessage("HTTP " + std::to_string(s), r)), false,
+                                    RetryCause::kHttpStatus, s);
   }
   switch (s) {
     case 404:

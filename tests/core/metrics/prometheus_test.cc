@@ -1,6 +1,8 @@
 // The Prometheus text format and the /metrics server.
 #include "core/metrics/prometheus.h"
 
+#include <nlohmann/json.hpp>
+
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -110,7 +112,8 @@ const char* const kFamilies[] = {
     "tensorfs_cache_misses_total",      "tensorfs_cache_evictions_total", "tensorfs_cache_bytes",
     "tensorfs_fetches_total",           "tensorfs_prefetches_total",      "tensorfs_fetched_bytes_total",
     "tensorfs_fetches_in_flight",       "tensorfs_metadata_requests_total", "tensorfs_errors_total",
-    "tensorfs_fetch_latency_seconds",
+    "tensorfs_retries_total",           "tensorfs_resumed_bytes_total",   "tensorfs_retries_exhausted_total",
+    "tensorfs_reads_failed_eio_total",  "tensorfs_fetch_latency_seconds",
 };
 
 TEST(PrometheusTextTest, EveryFamilyHasHelpTypeAndSamplesInOrder) {
@@ -169,6 +172,44 @@ TEST(PrometheusTextTest, ErrorsAreOneSeriesPerKind) {
   EXPECT_THAT(text, HasSubstr("tensorfs_errors_total{kind=\"stale\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("tensorfs_errors_total{kind=\"deadline_exceeded\"} 0\n"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("kind=\"ok\"")));
+}
+
+TEST(PrometheusTextTest, RetriesAreOneSeriesPerCauseAndPerHttpStatusSeen) {
+  Metrics metrics;
+  metrics.retries.Count(RetryCause::kHttpStatus, 503);
+  metrics.retries.Count(RetryCause::kHttpStatus, 503);
+  metrics.retries.Count(RetryCause::kHttpStatus, 429);
+  metrics.retries.Count(RetryCause::kConnect);
+  metrics.retries.Count(RetryCause::kStall);
+  metrics.retries.resumed_bytes = 4096;
+  metrics.retries.exhausted = 2;
+  metrics.reads_failed_eio = 3;
+  std::string text = RenderPrometheusText(metrics);
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"http\",code=\"503\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"http\",code=\"429\"} 1\n"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("code=\"500\"")));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"connect\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"stall\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"reset\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_total{cause=\"truncated\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_resumed_bytes_total 4096\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_retries_exhausted_total 2\n"));
+  EXPECT_THAT(text, HasSubstr("tensorfs_reads_failed_eio_total 3\n"));
+}
+
+TEST(MetricsJsonTest, RetriesByCauseMatchThePrometheusSeries) {
+  Metrics metrics;
+  metrics.retries.Count(RetryCause::kHttpStatus, 503);
+  metrics.retries.Count(RetryCause::kReset);
+  metrics.retries.Count(RetryCause::kTruncated);
+  metrics.retries.resumed_bytes = 100;
+  metrics.reads_failed_eio = 1;
+  nlohmann::json j = metrics.ToJson();
+  EXPECT_EQ(j["retries"]["total"], 3);
+  EXPECT_EQ(j["retries"]["by_cause"], nlohmann::json({{"http_503", 1}, {"reset", 1}, {"truncated", 1}}));
+  EXPECT_EQ(j["retries"]["resumed_bytes"], 100);
+  EXPECT_EQ(j["retries"]["exhausted"], 0);
+  EXPECT_EQ(j["reads_failed_eio"], 1);
 }
 
 TEST(PrometheusTextTest, LatencyHistogramIsCumulativeWithSumAndCount) {

@@ -20,8 +20,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr Arch kArchs[] = {Arch::kLlama, Arch::kQwen2, Arch::kMixtral,
-                           Arch::kGpt2, Arch::kT5, Arch::kLlamaTied};
+constexpr Arch kArchs[] = {Arch::kLlama, Arch::kQwen2, Arch::kMixtral,      Arch::kGpt2,
+                           Arch::kT5,    Arch::kLlamaTied, Arch::kDeepseekMoe};
 
 float DecodeF16(uint16_t h) {
   const int exp = (h >> 10) & 0x1F;

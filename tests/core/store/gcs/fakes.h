@@ -1,5 +1,7 @@
 // Test doubles for the GCS backend: a clock whose Sleep() only advances time,
-// and an HttpClient that answers from a script and records every request.
+// a clock whose time moves only when the test says so (waits block until then
+// or until woken), and an HttpClient that answers from a script and records
+// every request.
 //
 // Thread-safety: both may be used from several threads at once.
 #ifndef TENSORFS_TESTS_CORE_STORE_GCS_FAKES_H_
@@ -30,6 +32,15 @@ class FakeClock : public Clock {
     sleeps_.push_back(std::chrono::duration_cast<std::chrono::milliseconds>(d));
     now_ += d;
   }
+  // A wait that is already over returns at once; any other sleeps its whole
+  // duration (recorded like a Sleep): nothing else runs while it "waits".
+  bool WaitFor(Mutex& mu, CondVar&, std::chrono::nanoseconds d, const std::function<bool()>& ready) override
+      REQUIRES(mu) {
+    (void)mu;  // held by the caller throughout: this clock never releases it
+    if (ready()) return true;
+    Sleep(d);
+    return ready();
+  }
   void Advance(std::chrono::nanoseconds d) EXCLUDES(mu_) {
     MutexLock lock(mu_);
     now_ += d;
@@ -43,6 +54,47 @@ class FakeClock : public Clock {
   mutable Mutex mu_;
   TimePoint now_ GUARDED_BY(mu_) = TimePoint() + std::chrono::hours(1000);
   std::vector<std::chrono::milliseconds> sleeps_ GUARDED_BY(mu_);
+};
+
+// Time moves only by Advance(). WaitFor() blocks until the waiter is woken
+// with `ready()` true or the test advances past the end of the wait, so a test
+// can hold a request in backoff and decide what ends the wait. Sleep() is
+// instantaneous (it advances time).
+class ManualClock : public Clock {
+ public:
+  TimePoint Now() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return now_;
+  }
+  void Sleep(std::chrono::nanoseconds d) override { Advance(d); }
+  bool WaitFor(Mutex& mu, CondVar& cv, std::chrono::nanoseconds d, const std::function<bool()>& ready) override
+      REQUIRES(mu) {
+    const TimePoint end = Now() + d;
+    SetWaiting(+1);
+    bool r = ready();
+    // A notification ends the real wait at once; the short timeout only
+    // notices Advance(), which cannot reach this condition variable.
+    while (!r && Now() < end) r = cv.WaitFor(mu, std::chrono::milliseconds(1), ready);
+    SetWaiting(-1);
+    return r;
+  }
+  void Advance(std::chrono::nanoseconds d) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    now_ += d;
+  }
+  int waiting() const EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return waiting_;
+  }
+
+ private:
+  void SetWaiting(int delta) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    waiting_ += delta;
+  }
+  mutable Mutex mu_;
+  TimePoint now_ GUARDED_BY(mu_) = TimePoint() + std::chrono::hours(1000);
+  int waiting_ GUARDED_BY(mu_) = 0;
 };
 
 // What a scripted reply sends. `body` goes where the real client would put it:

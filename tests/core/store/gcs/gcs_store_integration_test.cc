@@ -300,9 +300,11 @@ TEST_F(GcsIntegrationTest, StalledResponseIsAbandonedAndResumed) {
   const double took = Seconds(std::chrono::steady_clock::now() - start).count();
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(buf == big_.substr(0, 200000));
-  // Abandoned after the 2 s stall (the check runs about once a second), not after 30 s.
+  // Abandoned 2 s into the stall (within 10%), not after 30 s.
   EXPECT_GE(took, 2.0);
-  EXPECT_LT(took, 4.0);
+  EXPECT_LT(took, 2.2);
+  EXPECT_EQ(store->metrics().retries.ByCauseJson(), json({{"stall", 1}}));
+  EXPECT_EQ(store->metrics().retries.resumed_bytes.load(), 50000u);
   EXPECT_THAT(ServedRanges(), ::testing::ElementsAre(std::pair(uint64_t{0}, uint64_t{200000}),
                                                      std::pair(uint64_t{50000}, uint64_t{150000})));
 }
@@ -487,21 +489,58 @@ TEST_F(GcsIntegrationTest, ServerDownFailsWithUnavailableAfterTheDeadline) {
   EXPECT_LT(took, 2.0);
 }
 
-TEST_F(GcsIntegrationTest, ReadSurvivesAServerRestart) {
+TEST_F(GcsIntegrationTest, ReadWaitingOnADownServerCompletesWithinASecondOfItsReturn) {
   StartServer();
-  auto store = MakeStore(Options());
+  GcsOptions o = Options();
+  o.initial_backoff = std::chrono::milliseconds(100);
+  auto store = MakeStore(o);
   ObjectId id = store->Stat("models/big.bin")->id();
   server_->Stop();
   std::string buf(4096, '\0');
   Status s;
-  std::thread reader([&] { s = ReadInto(*store, id, 100, buf); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  ASSERT_TRUE(server_->Restart());  // on the main thread, which owns the child
+  std::chrono::steady_clock::time_point done;
+  std::thread reader([&] {
+    s = ReadInto(*store, id, 100, buf);
+    done = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // long enough for the backoff to reach its cap
+  ASSERT_TRUE(server_->Restart());                       // on the main thread, which owns the child
+  const auto back = std::chrono::steady_clock::now();
   reader.join();
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(buf == big_.substr(100, 4096));
-  EXPECT_GE(store->counters().retries, 1u);
+  EXPECT_LT(Seconds(done - back).count(), 1.1) << "waits after a refused connection are at most 1 s";
+  EXPECT_GE(store->metrics().retries.by_cause[static_cast<size_t>(RetryCause::kConnect)].load(), 3u);
 }
+
+// The libcurl client alone: a response that goes silent (after its headers, or
+// after some body bytes) is dropped between 1.0 and 1.1 stall timeouts.
+class StallTimingTest : public GcsIntegrationTest, public ::testing::WithParamInterface<int> {};
+
+TEST_P(StallTimingTest, SilentResponseIsDroppedWithinTenPercentOfTheStallTimeout) {
+  StartServer();
+  CurlHttpOptions http_options;
+  http_options.stall_timeout = std::chrono::seconds(2);
+  auto http = MakeCurlHttpClient(http_options);
+  ASSERT_TRUE(http.ok());
+  ASSERT_TRUE(server_->InjectFaults(R"([{"match": {"media": true}, "action": "stall_after", "bytes": )" +
+                                    std::to_string(GetParam()) + R"(, "seconds": 10}])"));
+  std::string buf(200000, '\0');
+  HttpRequest req;
+  req.url = server_->endpoint() + "/storage/v1/b/bkt/o/models%2Fbig.bin?alt=media";
+  req.headers = {"Range: bytes=0-199999"};
+  req.sink = std::as_writable_bytes(std::span(buf));
+  const auto start = std::chrono::steady_clock::now();
+  HttpResponse r = (*http)->Perform(req);
+  const double took = Seconds(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.error, TransportError::kStalled) << r.Summary();
+  EXPECT_EQ(r.sink_bytes, static_cast<uint64_t>(GetParam()));
+  EXPECT_THAT(r.error_message, HasSubstr("stalled: no bytes for 2.0 s"));
+  EXPECT_GE(took, 2.0);
+  EXPECT_LT(took, 2.2);
+}
+
+INSTANTIATE_TEST_SUITE_P(AfterBytes, StallTimingTest, ::testing::Values(0, 50000));
 
 }  // namespace
 }  // namespace tensorfs

@@ -213,6 +213,93 @@ TEST_F(GcsStoreTest, PermanentUnavailableGivesUpAtTheDeadlineNamingObjectAndRang
             "HTTP 503 (server said: scripted 503)");
 }
 
+TEST_F(GcsStoreTest, RetriesAreCountedByCauseWithTheBytesKept) {
+  const std::string object = Bytes(100);
+  http_->Push(ErrorReply(503));
+  http_->Push(ErrorReply(429));
+  http_->Push(FakeReply{.error = TransportError::kConnectFailed, .error_message = "Connection refused"});
+  http_->Push(Media(object, 7, 10, TransportError::kConnectionLost));  // 10 bytes, then a reset
+  http_->Push(Media(object, 7, 20));                                   // 20 more, then a clean close
+  http_->Push(Media(object, 7, 5, TransportError::kStalled));          // 5 more, then silence
+  http_->Push(Media(object, 7));
+  std::string buf(100, '\0');
+  ASSERT_TRUE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  EXPECT_EQ(buf, object);
+  const RetryCounters& retries = store_->metrics().retries;
+  EXPECT_EQ(retries.ByCauseJson(), nlohmann::json({{"http_503", 1},
+                                                   {"http_429", 1},
+                                                   {"connect", 1},
+                                                   {"reset", 1},
+                                                   {"truncated", 1},
+                                                   {"stall", 1}}));
+  EXPECT_EQ(retries.total(), 6u);
+  EXPECT_EQ(retries.resumed_bytes.load(), 35u);
+  EXPECT_EQ(retries.exhausted.load(), 0u);
+  EXPECT_EQ(store_->counters().retries, 6u);
+}
+
+TEST_F(GcsStoreTest, ARepeatedReadContinuesTheRetryWindowOfItsFirstFailure) {
+  MakeStore(std::chrono::seconds(2));
+  http_->SetFallback([](const HttpRequest& req) { return Deliver(req, ErrorReply(503)); });
+  std::string buf(4096, '\0');
+  auto bytes = std::as_writable_bytes(std::span(buf));
+  ASSERT_FALSE(store_->Read(ObjectId{"w", Generation{7}}, 0, bytes).ok());
+  const size_t first_read_requests = http_->requests().size();
+  EXPECT_EQ(first_read_requests, 5u);
+  // What the kernel does after an EIO: read (part of) the same bytes again.
+  // The first read stopped at 1.5 s (a 1.6 s wait would have passed 2 s); this
+  // one has the 0.5 s left of the first failure's window, not 2 s of its own.
+  Status again = store_->Read(ObjectId{"w", Generation{7}}, 1024, bytes.subspan(0, 1024));
+  EXPECT_EQ(again.code(), ErrorCode::kUnavailable);
+  EXPECT_THAT(again.message(),
+              HasSubstr("gave up after 3 attempts over 0.3 s (1.8 s since these bytes first failed)"));
+  EXPECT_EQ(http_->requests().size(), first_read_requests + 3);
+  EXPECT_EQ(store_->metrics().retries.exhausted.load(), 2u);
+}
+
+TEST_F(GcsStoreTest, AFailureNotRepeatedForTenSecondsIsForgotten) {
+  MakeStore(std::chrono::seconds(2));
+  http_->SetFallback([](const HttpRequest& req) { return Deliver(req, ErrorReply(503)); });
+  std::string buf(10, '\0');
+  ASSERT_FALSE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  clock_.Advance(std::chrono::seconds(11));
+  ASSERT_FALSE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  EXPECT_EQ(http_->requests().size(), 10u) << "a full window again";
+}
+
+TEST_F(GcsStoreTest, ASuccessfulReadForgetsEarlierFailuresOfItsBytes) {
+  MakeStore(std::chrono::seconds(2));
+  const std::string object = Bytes(10);
+  http_->SetFallback([](const HttpRequest& req) { return Deliver(req, ErrorReply(503)); });
+  std::string buf(10, '\0');
+  ASSERT_FALSE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  http_->Push(Media(object, 7));
+  ASSERT_TRUE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  ASSERT_FALSE(store_->Read(ObjectId{"w", Generation{7}}, 0, std::as_writable_bytes(std::span(buf))).ok());
+  EXPECT_EQ(http_->requests().size(), 11u) << "5 + 1 + a full window of 5";
+}
+
+TEST_F(GcsStoreTest, RetriesCountIntoTheMetricsGiven) {
+  Metrics metrics;
+  auto http = std::make_unique<FakeHttpClient>();
+  http->Push(ErrorReply(503));
+  http->Push(Json(200, {{"name", "models/w"}, {"size", "5"}, {"generation", "3"}}));
+  GcsOptions options;
+  options.bucket = "bkt";
+  options.prefix = "models/";
+  options.endpoint = "http://fake";
+  GcsStore::Dependencies deps;
+  deps.http = std::move(http);
+  deps.credentials = std::make_unique<FakeCredentials>();
+  deps.clock = &clock_;
+  deps.metrics = &metrics;
+  auto store = GcsStore::Create(options, std::move(deps));
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Stat("w").ok());
+  EXPECT_EQ(metrics.retries.by_http_status[503].load(), 1u);
+  EXPECT_EQ(metrics.ToJson()["retries"]["by_cause"], nlohmann::json({{"http_503", 1}}));
+}
+
 TEST_F(GcsStoreTest, NonRetryableStatusIsNotRetried) {
   http_->Push(ErrorReply(403));
   std::string buf(10, '\0');

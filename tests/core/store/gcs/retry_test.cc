@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tests/core/store/gcs/fakes.h"
 
 namespace tensorfs {
@@ -11,6 +13,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::tensorfs::testing::FakeClock;
+using ::tensorfs::testing::ManualClock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -21,8 +24,16 @@ JitterSource Fixed(double v) {
 TEST(BackoffTest, FullJitterAtOneFollowsTheCapSequence) {
   Backoff b(RetryOptions{}, Fixed(1.0));
   std::vector<int64_t> delays;
-  for (int i = 0; i < 11; ++i) delays.push_back(b.Next().count());
-  EXPECT_THAT(delays, ElementsAre(100, 200, 400, 800, 1600, 3200, 6400, 12800, 25600, 30000, 30000));
+  for (int i = 0; i < 7; ++i) delays.push_back(b.Next().count());
+  EXPECT_THAT(delays, ElementsAre(100, 200, 400, 800, 1600, 2000, 2000));
+}
+
+TEST(BackoffTest, WaitsAfterAFailureToConnectStayWithinASecond) {
+  Backoff b(RetryOptions{}, Fixed(1.0));
+  std::vector<int64_t> delays;
+  for (int i = 0; i < 7; ++i) delays.push_back(b.Next(/*reconnect=*/true).count());
+  EXPECT_THAT(delays, ElementsAre(100, 200, 400, 800, 1000, 1000, 1000));
+  EXPECT_EQ(b.Next(/*reconnect=*/false), milliseconds(2000)) << "other failures keep the larger cap";
 }
 
 TEST(BackoffTest, JitterScalesTheCap) {
@@ -86,6 +97,7 @@ TEST(RetryLoopTest, GivesUpBeforeASleepWouldPassTheDeadline) {
   FakeClock clock;
   RetryOptions options;
   options.deadline = seconds(120);
+  options.max_backoff = seconds(30);
   RetryLoop loop(options, clock, Fixed(1.0));
   Status s = loop.Run("read of bytes 0-99 of gs://b/o",
                       [&] { return AttemptResult::Transient(UnavailableError("HTTP 503")); });
@@ -143,12 +155,180 @@ TEST(RetryLoopTest, ObserverSeesEachRetry) {
   Status s = loop.Run(
       "read",
       [&] { return ++calls < 3 ? AttemptResult::Transient(UnavailableError("HTTP 429")) : AttemptResult::Done(); },
-      [&](int attempt, const Status& error, milliseconds delay) {
-        EXPECT_EQ(error.message(), "HTTP 429");
+      [&](int attempt, const AttemptResult& result, milliseconds delay) {
+        EXPECT_EQ(result.status.message(), "HTTP 429");
         seen.emplace_back(attempt, delay.count());
       });
   ASSERT_TRUE(s.ok());
   EXPECT_THAT(seen, ElementsAre(std::pair(1, 100), std::pair(2, 200)));
+}
+
+AttemptResult Refused() {
+  return AttemptResult::Transient(UnavailableError("cannot connect (Connection refused)"), false,
+                                  RetryCause::kConnect);
+}
+
+TEST(RetryLoopTest, ARefusedConnectionIsRetriedWithinASecondHoweverLongItLasts) {
+  FakeClock clock;
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  int calls = 0;
+  Status s = loop.Run("read", [&] { return ++calls <= 40 ? Refused() : AttemptResult::Done(); });
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(clock.sleeps().size(), 40u);
+  for (milliseconds d : clock.sleeps()) EXPECT_LE(d, milliseconds(1000));
+}
+
+// One request waits in backoff after a refused connection; another request to
+// the endpoint succeeds: the waiting one retries at once, long before its wait
+// would have ended (the clock does not move at all).
+TEST(EndpointHealthTest, ASuccessWakesARequestWaitingToReconnect) {
+  ManualClock clock;
+  EndpointHealth health(clock);
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  const Clock::TimePoint start = clock.Now();
+  int calls = 0;
+  Status status;
+  std::thread waiter([&] {
+    RetryLoop::Hooks hooks;
+    hooks.health = &health;
+    status = loop.Run("read", [&] { return ++calls == 1 ? Refused() : AttemptResult::Done(); }, hooks);
+  });
+  while (clock.waiting() == 0) std::this_thread::yield();
+  health.RecordSuccess();
+  waiter.join();
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  EXPECT_EQ(loop.attempts(), 2);
+  EXPECT_EQ(clock.Now(), start) << "woken by the success, not by the end of its wait";
+}
+
+TEST(EndpointHealthTest, WithoutASuccessTheWaitRunsItsCourse) {
+  ManualClock clock;
+  EndpointHealth health(clock);
+  bool woken = true;
+  std::thread waiter([&] { woken = health.WaitForSuccess(health.successes(), milliseconds(500)); });
+  while (clock.waiting() == 0) std::this_thread::yield();
+  clock.Advance(milliseconds(500));
+  waiter.join();
+  EXPECT_FALSE(woken);
+}
+
+TEST(EndpointHealthTest, ASuccessDuringTheFailedAttemptMeansNoWaitAtAll) {
+  FakeClock clock;
+  EndpointHealth health(clock);
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  RetryLoop::Hooks hooks;
+  hooks.health = &health;
+  int calls = 0;
+  Status s = loop.Run("read", [&] {
+    if (++calls > 1) return AttemptResult::Done();
+    health.RecordSuccess();  // another request got through while this one was refused
+    return Refused();
+  }, hooks);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(clock.sleeps().empty());
+}
+
+TEST(EndpointHealthTest, AnHttpErrorWaitsItsFullDelayDespiteSuccesses) {
+  FakeClock clock;
+  EndpointHealth health(clock);
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  RetryLoop::Hooks hooks;
+  hooks.health = &health;
+  int calls = 0;
+  Status s = loop.Run("read", [&] {
+    if (++calls > 1) return AttemptResult::Done();
+    health.RecordSuccess();  // the server answers others, but told this one to slow down
+    return AttemptResult::Transient(UnavailableError("HTTP 429"), false, RetryCause::kHttpStatus, 429);
+  }, hooks);
+  ASSERT_TRUE(s.ok());
+  EXPECT_THAT(clock.sleeps(), ElementsAre(milliseconds(100)));
+}
+
+TEST(EndpointHealthTest, SuccessfulAttemptsAreRecorded) {
+  FakeClock clock;
+  EndpointHealth health(clock);
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  RetryLoop::Hooks hooks;
+  hooks.health = &health;
+  ASSERT_TRUE(loop.Run("read", [] { return AttemptResult::Done(); }, hooks).ok());
+  EXPECT_EQ(health.successes(), 1u);
+}
+
+TEST(RetryLoopTest, AnInheritedWindowGivesUpAfterOneAttemptOnceItIsOver) {
+  FakeClock clock;
+  RetryOptions options;
+  options.deadline = seconds(3);
+  RetryLoop loop(options, clock, Fixed(1.0));
+  RetryLoop::Hooks hooks;
+  hooks.window_start = [](Clock::TimePoint now) { return now - milliseconds(3100); };
+  Status s = loop.Run("read of bytes 0-9 of gs://b/o",
+                      [] { return AttemptResult::Transient(UnavailableError("HTTP 503"), false,
+                                                           RetryCause::kHttpStatus, 503); },
+                      hooks);
+  EXPECT_EQ(loop.attempts(), 1);
+  EXPECT_TRUE(loop.gave_up());
+  EXPECT_EQ(s.message(),
+            "read of bytes 0-9 of gs://b/o: gave up after 1 attempt over 0.0 s (3.1 s since these bytes first "
+            "failed): HTTP 503");
+}
+
+TEST(RetryLoopTest, PermanentErrorIsNotGivingUp) {
+  FakeClock clock;
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  Status s = loop.Run("read", [] { return AttemptResult::Permanent(NotFoundError("gone")); });
+  EXPECT_FALSE(s.ok());
+  EXPECT_FALSE(loop.gave_up());
+}
+
+using Range = RetryWindows::Range;
+const Clock::TimePoint kT0 = Clock::TimePoint() + std::chrono::hours(1);
+
+TEST(RetryWindowsTest, ARepeatedReadOfOverlappingBytesContinuesTheFirstWindow) {
+  RetryWindows windows(16, seconds(10));
+  EXPECT_EQ(windows.Open(Range{"m", 7, 0, 1 << 20}, kT0), kT0);
+  // The kernel reads one page of it again after the EIO.
+  EXPECT_EQ(windows.Open(Range{"m", 7, 8192, 12287}, kT0 + seconds(3)), kT0);
+}
+
+TEST(RetryWindowsTest, OtherBytesVersionsAndObjectsOpenTheirOwnWindow) {
+  RetryWindows windows(16, seconds(10));
+  windows.Open(Range{"m", 7, 0, 999}, kT0);
+  const Clock::TimePoint later = kT0 + seconds(1);
+  EXPECT_EQ(windows.Open(Range{"m", 7, 1000, 1999}, later), later);
+  EXPECT_EQ(windows.Open(Range{"m", 8, 0, 999}, later), later);
+  EXPECT_EQ(windows.Open(Range{"n", 7, 0, 999}, later), later);
+}
+
+TEST(RetryWindowsTest, ASuccessForgetsTheFailure) {
+  RetryWindows windows(16, seconds(10));
+  windows.Open(Range{"m", 7, 0, 999}, kT0);
+  windows.Succeeded(Range{"m", 7, 500, 600});
+  EXPECT_EQ(windows.size(), 0u);
+  EXPECT_EQ(windows.Open(Range{"m", 7, 0, 999}, kT0 + seconds(1)), kT0 + seconds(1));
+}
+
+TEST(RetryWindowsTest, AFailureNotRepeatedForAWhileIsForgotten) {
+  RetryWindows windows(16, seconds(10));
+  windows.Open(Range{"m", 7, 0, 999}, kT0);
+  windows.Failed(Range{"m", 7, 0, 999}, kT0 + seconds(5));
+  EXPECT_EQ(windows.Open(Range{"m", 7, 0, 999}, kT0 + seconds(14)), kT0) << "failed 9 s ago: remembered";
+  EXPECT_EQ(windows.Open(Range{"m", 7, 0, 999}, kT0 + seconds(25)), kT0 + seconds(25)) << "11 s: forgotten";
+}
+
+TEST(RetryWindowsTest, ProgressRestartsTheWindow) {
+  RetryWindows windows(16, seconds(10));
+  windows.Open(Range{"m", 7, 0, 999}, kT0);
+  windows.Restart(Range{"m", 7, 0, 999}, kT0 + seconds(2));
+  EXPECT_EQ(windows.Open(Range{"m", 7, 0, 999}, kT0 + seconds(3)), kT0 + seconds(2));
+}
+
+TEST(RetryWindowsTest, BeyondCapacityTheLeastRecentFailureGoes) {
+  RetryWindows windows(2, seconds(10));
+  windows.Open(Range{"a", 1, 0, 9}, kT0);
+  windows.Open(Range{"b", 1, 0, 9}, kT0 + seconds(1));
+  windows.Open(Range{"c", 1, 0, 9}, kT0 + seconds(2));
+  EXPECT_EQ(windows.size(), 2u);
+  EXPECT_EQ(windows.Open(Range{"a", 1, 0, 9}, kT0 + seconds(3)), kT0 + seconds(3)) << "a was dropped";
 }
 
 RequestContext ContextFor(std::string credentials, bool anonymous = false) {
@@ -182,6 +362,8 @@ TEST_P(RetryableStatusTest, IsTransientUnavailable) {
   EXPECT_TRUE(r.retryable);
   EXPECT_EQ(r.status.code(), ErrorCode::kUnavailable);
   EXPECT_EQ(r.status.message(), "HTTP " + std::to_string(GetParam()));
+  EXPECT_EQ(r.cause, RetryCause::kHttpStatus);
+  EXPECT_EQ(r.http_status, GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Codes, RetryableStatusTest, ::testing::Values(408, 429, 500, 502, 503, 504));
 
@@ -194,8 +376,21 @@ TEST(ClassifyHttpResponseTest, TransportFailures) {
   EXPECT_EQ(a.status.code(), ErrorCode::kUnavailable);
   EXPECT_THAT(a.status.message(), HasSubstr("Connection refused"));
 
+  EXPECT_EQ(a.cause, RetryCause::kConnect);
+
   r.error = TransportError::kConnectionLost;
   EXPECT_TRUE(ClassifyHttpResponse(r, ContextFor("x")).retryable);
+  EXPECT_EQ(ClassifyHttpResponse(r, ContextFor("x")).cause, RetryCause::kReset);
+  r.error = TransportError::kTruncated;
+  EXPECT_TRUE(ClassifyHttpResponse(r, ContextFor("x")).retryable);
+  EXPECT_EQ(ClassifyHttpResponse(r, ContextFor("x")).cause, RetryCause::kTruncated);
+  r.error = TransportError::kStalled;
+  r.status = 206;
+  a = ClassifyHttpResponse(r, ContextFor("x"));
+  EXPECT_TRUE(a.retryable);
+  EXPECT_EQ(a.cause, RetryCause::kStall);
+  EXPECT_EQ(a.status.code(), ErrorCode::kDeadlineExceeded);
+  r.status = 0;
   r.error = TransportError::kTimeout;
   a = ClassifyHttpResponse(r, ContextFor("x"));
   EXPECT_TRUE(a.retryable);

@@ -1,0 +1,492 @@
+#!/usr/bin/env python3
+"""The datacenter profile: tensorfs' own data path, with no link emulation.
+
+  datacenter.py --tensorfs BIN --memfs BIN [--lib-dir DIR] [--size 3400M] ...
+
+One run, as root (FUSE mounts, dropping the page cache), prints a table and the
+targets and writes results.json:
+
+  - the test server's own ceiling: parallel 8 MiB range GETs straight to it
+    (16 client processes, keep-alive), over HTTP and over HTTPS;
+  - memfs_ceiling (an in-memory FUSE server) as the FUSE ceiling and the shard
+    files in the local page cache as the loader's ceiling;
+  - each reader on each: safetensors.torch.load_file(device="cuda") per shard
+    (cpu without CUDA; left out without safetensors+torch), the numpy mmap copy
+    loader of bench/loader.py (W1), `cat` of the shards, and N concurrent
+    readers (dd, each a different shard or slice of one);
+  - tensorfs cold (fresh mount, page cache dropped, the served files read back
+    in so the server sends from memory) over HTTP and over HTTPS (the test
+    server's TLS with a throwaway CA made with the openssl CLI, -o ca_file);
+  - CPU-seconds per GB moved (user + sys of the FUSE server process, from
+    /proc/PID/stat, over the reader's run) for tensorfs and memfs_ceiling.
+
+The checkpoint is synthetic: SIZE bytes of fp32 tensors (16 MiB matrices and
+small vectors, as a Llama's) in --shards safetensors files, kept in --work.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import http.client
+import json
+import os
+import shutil
+import signal
+import ssl
+import struct
+import subprocess
+import sys
+import time
+import urllib.parse
+
+BUCKET = "dc-bench"
+PREFIX = "model"
+GB = 1e9
+RANGE = 8 << 20
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+LOAD_FILE = r"""
+import json, sys, time
+import torch
+from safetensors.torch import load_file
+device = sys.argv[1]
+if device == "cuda":  # the CUDA context is made before the clock starts
+    torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+start = time.monotonic()
+total = 0
+for f in sys.argv[2:]:
+    tensors = load_file(f, device=device)
+    total += sum(t.numel() * t.element_size() for t in tensors.values())
+    del tensors
+if device == "cuda":
+    torch.cuda.synchronize()
+print(json.dumps({"bytes": total, "seconds": time.monotonic() - start}))
+"""
+
+
+def log(msg):
+    print(f"[datacenter] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    text = text.strip().upper().removesuffix("IB").removesuffix("B")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+# ----------------------------------------------------------------- checkpoint
+
+def write_checkpoint(root: str, size: int, shards: int) -> list[str]:
+    """fp32 shards, each about size/shards bytes: 16 MiB matrices and 8 KiB norms."""
+    import random
+    model_dir = os.path.join(root, BUCKET, PREFIX)
+    stamp = os.path.join(root, f".done-{size}-{shards}")
+    names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
+    paths = [os.path.join(model_dir, n) for n in names]
+    if os.path.exists(stamp) and all(os.path.exists(p) for p in paths):
+        return paths
+    shutil.rmtree(os.path.join(root, BUCKET), ignore_errors=True)
+    os.makedirs(model_dir, exist_ok=True)
+    rng = random.Random(1)
+    per_shard = size // shards
+    matrix = (2048, 2048)
+    layer = 0
+    for path in paths:
+        tensors = []
+        used = 0
+        while used + 4 * matrix[0] * matrix[1] <= per_shard or not tensors:
+            tensors.append((f"model.layers.{layer}.mlp.weight", matrix))
+            tensors.append((f"model.layers.{layer}.norm.weight", (matrix[0],)))
+            used += 4 * (matrix[0] * matrix[1] + matrix[0])
+            layer += 1
+        header, offset = {}, 0
+        for name, shape in tensors:
+            n = 4
+            for d in shape:
+                n *= d
+            header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [offset, offset + n]}
+            offset += n
+        blob = json.dumps(header, separators=(",", ":")).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(path, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)))
+            f.write(blob)
+            for _, shape in tensors:
+                n = 4
+                for d in shape:
+                    n *= d
+                f.write(rng.randbytes(n))
+    with open(stamp, "w") as f:
+        f.write("ok\n")
+    return paths
+
+
+def make_certs(work: str) -> str | None:
+    """A throwaway CA and a server certificate for 127.0.0.1; None without openssl."""
+    if shutil.which("openssl") is None:
+        return None
+    d = os.path.join(work, "tls")
+    os.makedirs(d, exist_ok=True)
+    ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+    script = (f"cd {d} && openssl req -x509 {ec} -keyout ca.key -out ca.pem -days 2 -subj /CN=dc-bench-ca && "
+              f"openssl req {ec} -keyout server.key -out server.csr -subj /CN=127.0.0.1 && "
+              "printf 'subjectAltName=IP:127.0.0.1\\nbasicConstraints=CA:FALSE\\n' > server.ext && "
+              "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+              "-days 2 -extfile server.ext")
+    r = subprocess.run(script, shell=True, capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"openssl failed, HTTPS left out: {r.stderr.strip()[-300:]}")
+        return None
+    return d
+
+
+# ------------------------------------------------------------------ processes
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def is_mounted(path: str) -> bool:
+    real = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == real for line in f)
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    except OSError as err:
+        log(f"cannot drop the page cache ({err}); runs are not cold")
+
+
+def warm(paths):
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(16 << 20):
+                pass
+
+
+class Mount:
+    """A FUSE server process mounted at `path`; unmounted by stop()."""
+
+    def __init__(self, argv, path, env, log_path):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not is_mounted(path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                with open(log_path) as f:
+                    raise RuntimeError(f"mount of {path} failed: {f.read()[-2000:]}")
+            time.sleep(0.05)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid)
+
+    def peak_rss(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) << 10
+        return 0
+
+    def stop(self):
+        if is_mounted(self.path):
+            if subprocess.run(["umount", self.path], capture_output=True).returncode != 0:
+                subprocess.run(["umount", "-l", self.path], capture_output=True)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+# -------------------------------------------------------------------- readers
+
+def slices(paths, readers):
+    """`readers` or more (file, offset, length): each shard cut into equal slices."""
+    per_file = max(1, -(-readers // len(paths)))
+    out = []
+    for p in paths:
+        size = os.path.getsize(p)
+        step = -(-size // per_file)
+        for i in range(per_file):
+            if i * step < size:
+                out.append((p, i * step, min(step, size - i * step)))
+    return out
+
+
+def run_reader(kind, paths, args):
+    """Runs one reader over `paths`; returns (bytes, seconds) or a string saying why not."""
+    start = time.monotonic()
+    if kind == "cat":
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", *paths], stdout=null, check=True)
+        return sum(os.path.getsize(p) for p in paths), time.monotonic() - start
+    if kind == "readers":
+        procs = [subprocess.Popen(["dd", f"if={p}", "of=/dev/null", "bs=1M", "iflag=skip_bytes,count_bytes",
+                                   f"skip={off}", f"count={n}", "status=none"])
+                 for p, off, n in slices(paths, args.readers)]
+        if any(p.wait() != 0 for p in procs):
+            raise RuntimeError("a dd reader failed")
+        return sum(os.path.getsize(p) for p in paths), time.monotonic() - start
+    if kind == "numpy":
+        loader = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader.py")
+        r = subprocess.run([args.python, loader, "load", *paths], capture_output=True, text=True, check=True)
+        final = json.loads(r.stdout.strip().splitlines()[-1])
+        return final["bytes"], final["end"] - final["start"]
+    if kind == "load_file":
+        if args.load_file_device is None:
+            return "safetensors/torch not installed"
+        r = subprocess.run([args.python, "-c", LOAD_FILE, args.load_file_device, *paths], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"load_file failed: {r.stderr[-2000:]}")
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        return out["bytes"], out["seconds"]
+    raise ValueError(kind)
+
+
+def load_file_device(python: str, wanted: str) -> str | None:
+    probe = "import torch, safetensors; print('cuda' if torch.cuda.is_available() else 'cpu')"
+    r = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    found = r.stdout.strip()
+    return found if wanted == "auto" else wanted
+
+
+# ------------------------------------------------------------ server ceiling
+
+def _fetch_ranges(endpoint, ca_file, jobs):
+    u = urllib.parse.urlsplit(endpoint)
+    if u.scheme == "https":
+        conn = http.client.HTTPSConnection(u.hostname, u.port, context=ssl.create_default_context(cafile=ca_file))
+    else:
+        conn = http.client.HTTPConnection(u.hostname, u.port)
+    buf = bytearray(RANGE)
+    view = memoryview(buf)
+    total = 0
+    for name, offset, length in jobs:
+        path = f"/storage/v1/b/{BUCKET}/o/{urllib.parse.quote(name, safe='')}?alt=media"
+        conn.request("GET", path, headers={"Range": f"bytes={offset}-{offset + length - 1}"})
+        resp = conn.getresponse()
+        if resp.status != 206:
+            raise RuntimeError(f"range GET: HTTP {resp.status}")
+        got = 0
+        while got < length:
+            n = resp.readinto(view[got:length])
+            if n == 0:
+                raise RuntimeError("short range response")
+            got += n
+        total += got
+    conn.close()
+    return total
+
+
+def server_ceiling(endpoint, ca_file, paths, clients):
+    jobs = []
+    for p in paths:
+        size = os.path.getsize(p)
+        name = f"{PREFIX}/{os.path.basename(p)}"
+        jobs += [(name, off, min(RANGE, size - off)) for off in range(0, size, RANGE)]
+    per_client = [jobs[i::clients] for i in range(clients)]
+    with concurrent.futures.ProcessPoolExecutor(clients) as pool:
+        list(pool.map(int, range(clients)))  # workers started before the clock
+        start = time.monotonic()
+        total = sum(pool.map(_fetch_ranges, [endpoint] * clients, [ca_file] * clients, per_client))
+        return total, time.monotonic() - start
+
+
+# ------------------------------------------------------------------- the run
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tensorfs", required=True)
+    p.add_argument("--memfs", required=True)
+    p.add_argument("--lib-dir", help="LD_LIBRARY_PATH for tensorfs and memfs_ceiling only")
+    p.add_argument("--server", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                                    "support", "gcs_test_server.py"))
+    p.add_argument("--size", default="3400M", help="checkpoint bytes (e.g. 512M, 3400M)")
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--readers", type=int, default=8)
+    p.add_argument("--clients", type=int, default=min(16, os.cpu_count() or 1),
+                   help="client processes for the server ceiling (default: CPUs, at most 16)")
+    p.add_argument("--work", default="/var/tmp/tensorfs-datacenter")
+    p.add_argument("--python", default=sys.executable, help="interpreter for the loaders and the server")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="load_file's device")
+    p.add_argument("--tensorfs-opts", default="read_ahead=16M",
+                   help="more -o options for tensorfs (whole-file readers gain from a deep kernel readahead)")
+    p.add_argument("--loaders", default="load_file,numpy,cat,readers")
+    p.add_argument("--no-https", action="store_true")
+    p.add_argument("--out", default="bench/out/datacenter.json")
+    args = p.parse_args()
+    args.load_file_device = load_file_device(args.python, args.device)
+    loaders = [l for l in args.loaders.split(",") if l]
+
+    os.makedirs(args.work, exist_ok=True)
+    data = os.path.join(args.work, "data")
+    log(f"checkpoint: {args.size} in {args.shards} shards under {data}")
+    paths = write_checkpoint(data, parse_size(args.size), args.shards)
+    total_bytes = sum(os.path.getsize(x) for x in paths)
+    certs = None if args.no_https else make_certs(args.work)
+    env = dict(os.environ)
+    if args.lib_dir:
+        env["LD_LIBRARY_PATH"] = os.path.abspath(args.lib_dir)
+
+    port_file = os.path.join(args.work, "port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    server_argv = [args.python, args.server, "--data", data, "--port", "0", "--port-file", port_file, "--quiet"]
+    if certs:
+        server_argv += ["--tls-cert", f"{certs}/server.pem", "--tls-key", f"{certs}/server.key"]
+    server = subprocess.Popen(server_argv)
+    results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
+               "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {}}
+    mounts = []
+    try:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(port_file):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.05)
+        port = int(open(port_file).read())
+        endpoints = {"http": f"http://127.0.0.1:{port}"}
+        if certs:
+            endpoints["https"] = f"https://127.0.0.1:{port}"
+
+        # The server's own ceiling, its files in the page cache.
+        warm(paths)
+        for scheme, ep in endpoints.items():
+            before = cpu_seconds(server.pid)
+            n, s = server_ceiling(ep, f"{certs}/ca.pem" if certs else None, paths, args.clients)
+            results["server"][scheme] = {"gbps": n / s / GB, "cpu_s_per_gb": (cpu_seconds(server.pid) - before) / (n / GB)}
+            log(f"server ceiling {scheme}: {n / s / GB:.2f} GB/s")
+
+        def record(target, loader, outcome, cpu=None, rss=None):
+            if isinstance(outcome, str):
+                results["rates"].setdefault(target, {})[loader] = None
+                log(f"{target} {loader}: {outcome}")
+                return
+            n, s = outcome
+            results["rates"].setdefault(target, {})[loader] = n / s / GB
+            if cpu is not None:
+                results["cpu"].setdefault(target, {})[loader] = cpu / (n / GB)
+            if rss is not None:
+                results["rss"].setdefault(target, {})[loader] = rss
+            log(f"{target} {loader}: {n / s / GB:.2f} GB/s" +
+                (f", {cpu / (n / GB):.3f} CPU-s/GB" if cpu is not None else ""))
+
+        # The loader's ceiling: the shards in the local page cache.
+        for loader in loaders:
+            warm(paths)
+            record("local", loader, run_reader(loader, paths, args))
+
+        # The FUSE ceiling: memfs_ceiling, a fresh mount per reader.
+        for loader in loaders:
+            mnt = os.path.join(args.work, "memfs")
+            m = Mount([args.memfs, "-f", mnt, *paths], mnt, env, os.path.join(args.work, "memfs.log"))
+            mounts.append(m)
+            try:
+                before = m.cpu()
+                outcome = run_reader(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], args)
+                record("memfs", loader, outcome, m.cpu() - before)
+            finally:
+                m.stop()
+                mounts.remove(m)
+
+        # tensorfs, cold: a fresh mount per reader, the page cache dropped.
+        for scheme, ep in endpoints.items():
+            opts = f"anonymous,endpoint={ep},log_level=warn"
+            if scheme == "https":
+                opts += f",ca_file={certs}/ca.pem"
+            if args.tensorfs_opts:
+                opts += "," + args.tensorfs_opts
+            target = f"tensorfs-{scheme}"
+            for loader in loaders:
+                drop_caches()
+                warm(paths)  # the server sends from memory, as GCS would
+                mnt = os.path.join(args.work, "tensorfs")
+                m = Mount([args.tensorfs, f"gs://{BUCKET}/{PREFIX}", mnt, "-f", "-o", opts], mnt, env,
+                          os.path.join(args.work, f"{target}.log"))
+                mounts.append(m)
+                try:
+                    before = m.cpu()
+                    outcome = run_reader(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], args)
+                    record(target, loader, outcome, m.cpu() - before, m.peak_rss())
+                finally:
+                    m.stop()
+                    mounts.remove(m)
+    finally:
+        for m in mounts:
+            m.stop()
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+    report(results, loaders)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    log(f"wrote {args.out}")
+
+
+def report(r, loaders):
+    names = {"load_file": f"load_file({r['load_file_device'] or 'n/a'})", "numpy": "numpy mmap copy (W1)",
+             "cat": "cat", "readers": "concurrent readers (dd)"}
+    targets = ["local", "memfs", "tensorfs-http", "tensorfs-https"]
+    rate = lambda t, l: r["rates"].get(t, {}).get(l)
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    print(f"\n{r['size'] / GB:.2f} GB in {r['shards']} shards, {r['nproc']} CPUs")
+    print(f"server ceiling ({r['clients']} client processes, 8 MiB ranges): " +
+          ", ".join(f"{k} {v['gbps']:.2f} GB/s ({v['cpu_s_per_gb']:.2f} server CPU-s/GB)" for k, v in r["server"].items()))
+    print("\n| reader, GB/s | local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
+    print("| --- | --- | --- | --- | --- |")
+    for l in loaders:
+        print(f"| {names[l]} | " + " | ".join(fmt(rate(t, l)) for t in targets) + " |")
+    print("\n| CPU-s per GB of the FUSE server | memfs_ceiling | tensorfs http | tensorfs https |")
+    print("| --- | --- | --- | --- |")
+    for l in loaders:
+        print(f"| {names[l]} | " + " | ".join(fmt(r["cpu"].get(t, {}).get(l)) for t in targets[1:]) + " |")
+
+    def ratio(a, b):
+        return None if a is None or b is None or b == 0 else a / b
+
+    def line(text, value, goal, higher=True):
+        if value is None:
+            print(f"- {text}: not measured")
+            return
+        held = value >= goal if higher else value <= goal
+        print(f"- {text}: {value:.2f} ({'held' if held else 'NOT held'}, target {'>=' if higher else '<='} {goal})")
+
+    http_server = r["server"].get("http", {}).get("gbps")
+    print("\nTargets (tensorfs over HTTP, cold):")
+    line("load_file / memfs_ceiling load_file", ratio(rate("tensorfs-http", "load_file"), rate("memfs", "load_file")), 0.9)
+    line("load_file / local page cache load_file", ratio(rate("tensorfs-http", "load_file"), rate("local", "load_file")), 0.8)
+    line("cat / memfs_ceiling cat", ratio(rate("tensorfs-http", "cat"), rate("memfs", "cat")), 0.9)
+    line(f"{'readers'} / memfs_ceiling readers", ratio(rate("tensorfs-http", "readers"), rate("memfs", "readers")), 0.9)
+    cpu = [v for v in r["cpu"].get("tensorfs-http", {}).values() if v is not None]
+    line("CPU-s per GB over HTTP (worst reader)", max(cpu) if cpu else None, 0.5, higher=False)
+    cpu_tls = [v for v in r["cpu"].get("tensorfs-https", {}).values() if v is not None]
+    print(f"- CPU-s per GB over HTTPS (worst reader): {fmt(max(cpu_tls) if cpu_tls else None)} (reported)")
+    if http_server:
+        best = max([v for v in r["rates"].get("tensorfs-http", {}).values() if v is not None] or [0])
+        if best >= 0.9 * http_server:
+            print(f"- note: tensorfs' best rate {best:.2f} GB/s is at the server's ceiling ({http_server:.2f} GB/s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The datacenter profile of the benchmark (bench/datacenter.py; bench/README.md
+# has the figures): tensorfs with no link emulation against the test server's
+# own ceiling, memfs_ceiling (the FUSE ceiling) and the local page cache (the
+# loader's ceiling), over HTTP and HTTPS, with CPU-seconds per GB.
+#
+#   bash bench/datacenter.sh package          # here: build, then bundle tensorfs, memfs_ceiling and
+#                                             # their shared libraries (glibc's excepted) in build/device
+#   bash bench/datacenter.sh run [ARGS...]    # anywhere, as root: run it (datacenter.py ARGS, e.g.
+#                                             # --size 512M --device cpu); SIZE=512M works too;
+#                                             # PYTHON=/usr/bin/python3 picks the interpreter
+#
+# `run` takes the binaries from build/device when it holds them (with
+# LD_LIBRARY_PATH set for those two processes only), else from --build-dir
+# (default build/release). The bundle is what a machine without the build
+# dependencies needs: copy the working tree with build/device and run
+# `bash bench/datacenter.sh run` there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode=${1:-run}
+(($#)) && shift
+build_dir=build/release
+bundle=build/device
+
+case "$mode" in
+  package)
+    while (($#)); do
+      case "$1" in
+        --build-dir) build_dir=$2; shift 2 ;;
+        *) echo "unknown option $1" >&2; exit 2 ;;
+      esac
+    done
+    if [[ ! -f "$build_dir/build.ninja" ]]; then
+      cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir.configure.log" 2>&1 ||
+        { cat "$build_dir.configure.log"; exit 1; }
+    fi
+    ninja -C "$build_dir" -j"${JOBS:-2}" tensorfs memfs_ceiling
+    rm -rf "$bundle"
+    mkdir -p "$bundle/bin" "$bundle/lib"
+    for bin in "$build_dir/fs/tensorfs" "$build_dir/bench/memfs_ceiling"; do
+      objcopy --strip-debug "$bin" "$bundle/bin/$(basename "$bin")"
+      # Every library the loader resolves, except glibc's own (the target's must be used).
+      ldd "$bin" | awk '/=> \// {print $3}' | while read -r lib; do
+        case "$(basename "$lib")" in
+          libc.so.*|libm.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*|libresolv.so.*) ;;
+          *) cp -L "$lib" "$bundle/lib/" ;;
+        esac
+      done
+    done
+    strip --strip-unneeded "$bundle"/lib/*.so* 2>/dev/null || true
+    du -sh "$bundle"
+    echo "bundle ready: $bundle (carry it with the tree; run: bash bench/datacenter.sh run)"
+    ;;
+  run)
+    args=("$@")
+    if [[ -n "${SIZE:-}" ]]; then args=(--size "$SIZE" "${args[@]}"); fi
+    for ((i = 0; i < ${#args[@]}; i++)); do
+      if [[ "${args[i]}" == --build-dir ]]; then
+        build_dir=${args[i + 1]}
+        args=("${args[@]:0:i}" "${args[@]:i+2}")
+        break
+      fi
+    done
+    if [[ -x "$bundle/bin/tensorfs" ]]; then
+      bins=(--tensorfs "$bundle/bin/tensorfs" --memfs "$bundle/bin/memfs_ceiling" --lib-dir "$bundle/lib")
+    else
+      bins=(--tensorfs "$build_dir/fs/tensorfs" --memfs "$build_dir/bench/memfs_ceiling")
+    fi
+    exec "${PYTHON:-python3}" bench/datacenter.py "${bins[@]}" "${args[@]}"
+    ;;
+  *)
+    echo "usage: bash bench/datacenter.sh package [--build-dir DIR] | run [datacenter.py options]" >&2
+    exit 2
+    ;;
+esac

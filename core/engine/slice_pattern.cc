@@ -1,0 +1,162 @@
+#include "core/engine/slice_pattern.h"
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+namespace tensorfs {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+// The most the kernel reads around a slice (mmap read-around, readahead).
+constexpr uint64_t kMaxMargin = 1ull << 20;
+constexpr uint64_t kMaxDen = 1024;
+constexpr uint64_t kReadAroundHalf = 64 << 10;
+
+uint64_t PageDown(uint64_t x) { return x & ~(kPage - 1); }
+uint64_t PageUp(uint64_t x) { return (x + kPage - 1) & ~(kPage - 1); }
+
+// floor(a * b / c) without overflow.
+uint64_t MulDiv(uint64_t a, uint64_t b, uint64_t c) {
+  return static_cast<uint64_t>(static_cast<unsigned __int128>(a) * b / c);
+}
+uint64_t MulDivUp(uint64_t a, uint64_t b, uint64_t c) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(a) * b + c - 1) / c);
+}
+
+std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
+
+// Whether rows lo/den..hi/den explain `o`: the reader touched the core (give or
+// take two rows and a page, for loaders that split rows differently) and at
+// most kMaxMargin / 2 on either side, and in all no more than the core.
+bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) {
+  const ByteRange core = p.Core(o.tensor);
+  if (core.length == 0) return false;
+  const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
+  if (o.begin > core.offset + tol || core.offset > o.begin + kMaxMargin / 2) return false;
+  if (o.end + tol < core.end() || o.end > core.end() + kMaxMargin / 2) return false;
+  *before = core.offset > o.begin ? core.offset - o.begin : 0;
+  *after = o.end > core.end() ? o.end - core.end() : 0;
+  return *before + *after <= core.length;
+}
+
+}  // namespace
+
+SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world) {
+  // The kernel's default read-around for an mmap fault is 128 KiB, centred on
+  // the fault; readahead runs up to that far past a sequential reader.
+  return SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = world, .before = 64 << 10, .after = 128 << 10};
+}
+
+ByteRange SlicePattern::Core(const TensorSpan& t) const {
+  const uint64_t n = t.rows();
+  if (n == 0 || den == 0) return ByteRange{t.begin, t.size()};
+  const uint64_t first = MulDiv(lo_num, n, den);
+  const uint64_t last = std::min(n, MulDivUp(hi_num, n, den));
+  const uint64_t begin = t.begin + first * t.row_bytes;
+  // The last row of the tensor takes any bytes left over (never the case for
+  // a well-formed tensor, whose size is rows * row_bytes).
+  const uint64_t end = last == n ? t.end : t.begin + last * t.row_bytes;
+  return ByteRange{begin, end > begin ? end - begin : 0};
+}
+
+ByteRange SlicePattern::Window(const TensorSpan& t, uint64_t lower, uint64_t upper) const {
+  const ByteRange core = Core(t);
+  uint64_t begin = core.offset > lower + before ? PageDown(core.offset - before) : lower;
+  uint64_t end = std::min(upper, PageUp(core.end() + after));
+  begin = std::max(begin, lower);
+  return ByteRange{begin, end > begin ? end - begin : 0};
+}
+
+std::string SlicePattern::ToString() const {
+  return "rows " + std::to_string(lo_num) + "/" + std::to_string(den) + ".." + std::to_string(hi_num) + "/" +
+         std::to_string(den) + " of every tensor (-" + Kib(before) + ", +" + Kib(after) + ")";
+}
+
+bool SliceLearner::Informative(const SliceObservation& o) {
+  const uint64_t size = o.tensor.size();
+  if (o.tensor.rows() < 2 || size < (256u << 10) || o.end <= o.begin) return false;
+  return o.end - o.begin <= size - size / 8;
+}
+
+std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
+  if (!Informative(o)) return std::nullopt;
+  std::erase_if(recent_, [&](const SliceObservation& r) { return r.tensor.begin == o.tensor.begin &&
+                                                                  r.tensor.end == o.tensor.end && r.begin == o.begin; });
+  recent_.push_back(o);
+  if (recent_.size() > kRemembered) recent_.pop_front();
+
+  // The new observation proposes fractions; the others vote. The fraction
+  // that explains the most tensors wins (the kernel's margins around a small
+  // slice fit several fractions, the slices of many tensors only the reader's
+  // own); of those that explain as many, the one whose margins vary least
+  // from tensor to tensor: the kernel reads the same number of bytes around
+  // any slice, while a fraction a little off is off by more in larger tensors.
+  const uint64_t size = o.tensor.size();
+  const uint64_t a = o.begin - o.tensor.begin;
+  const uint64_t b = o.end - o.tensor.begin;
+  std::optional<SlicePattern> best;
+  size_t best_support = 0;
+  uint64_t best_margins = 0;
+  for (uint64_t den = 1; den <= kMaxDen; ++den) {
+    const uint64_t rl0 = MulDiv(a, den, size);
+    const uint64_t rh0 = MulDiv(b, den, size);
+    for (uint64_t rl = rl0; rl <= rl0 + 1; ++rl) {
+      for (uint64_t rh = std::max(rh0, rl + 1); rh <= std::min(rh0 + 1, den); ++rh) {
+        SlicePattern p{.lo_num = rl, .hi_num = rh, .den = den};
+        uint64_t before = 0, after = 0;
+        if (rl >= rh || !Fits(o, p, &before, &after)) continue;
+        std::set<std::pair<uint64_t, uint64_t>> tensors;
+        uint64_t smallest = UINT64_MAX, largest = 0;
+        uint64_t min_before = UINT64_MAX, max_before = 0, min_after = UINT64_MAX, max_after = 0;
+        std::vector<uint64_t> afters;
+        for (const SliceObservation& r : recent_) {
+          uint64_t rb = 0, ra = 0;
+          if (!Fits(r, p, &rb, &ra)) continue;
+          min_before = std::min(min_before, rb);
+          max_before = std::max(max_before, rb);
+          min_after = std::min(min_after, ra);
+          max_after = std::max(max_after, ra);
+          tensors.insert({r.tensor.begin, r.tensor.end});
+          smallest = std::min(smallest, r.tensor.size());
+          largest = std::max(largest, r.tensor.size());
+          p.before = std::max(p.before, rb);
+          afters.push_back(ra);
+        }
+        // Tensors of one size all read at the same place may just be the
+        // kernel's readahead running on from the tensor before each; only one
+        // fraction of rows explains reads of tensors of different sizes.
+        if (static_cast<int>(tensors.size()) < kMinSupport || 2 * largest < 3 * smallest) continue;
+        // Bytes past a slice are the kernel's asynchronous readahead, which no
+        // reader waits for: the window takes the usual amount, and more, when
+        // the kernel asks for it, comes as it is asked for. Bytes before a
+        // slice are the read-around of the first fault, which the reader waits
+        // for: the window takes the most seen.
+        std::nth_element(afters.begin(), afters.begin() + afters.size() / 2, afters.end());
+        // The read-around of the fault on a slice's last page reaches as far
+        // past it as the first fault's reaches before the slice, and the
+        // reader waits for it too.
+        p.after = std::max(p.before, afters.empty() ? 0 : afters[afters.size() / 2]);
+        const uint64_t margins = (max_before - min_before) + (max_after - min_after);
+        if (tensors.size() > best_support || (tensors.size() == best_support && margins < best_margins)) {
+          best_support = tensors.size();
+          best_margins = margins;
+          best = p;
+        }
+      }
+    }
+  }
+  if (!best) return std::nullopt;
+  // At least the kernel's default mmap read-around (64 KiB either side of a
+  // fault) past each end, where a slice at a tensor's edge hides it (the
+  // reads beyond the edge were counted as the neighbour's).
+  best->before = PageUp(std::max<uint64_t>(best->before, kReadAroundHalf));
+  best->after = PageUp(std::max<uint64_t>(best->after, kReadAroundHalf));
+  std::erase_if(recent_, [&](const SliceObservation& r) {
+    uint64_t rb = 0, ra = 0;
+    return Fits(r, *best, &rb, &ra);
+  });
+  return best;
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,96 @@
+// Slice patterns: how a partial-tensor reader (one host of a sharded job)
+// reads a checkpoint, learned from its reads or given by `-o shard=R/N`.
+//
+// A multi-host job gives each process a part of every tensor: FSDP-style rank
+// r of N reads rows [r*n/N, (r+1)*n/N) of each tensor (JAX's
+// make_array_from_callback over a numpy.memmap, safetensors' get_slice). In
+// bytes that is one contiguous range per tensor, the same fraction of each.
+// A SlicePattern is that fraction (rl/N to rh/N of the rows), plus the bytes
+// the kernel reads around such a range (mmap read-around and readahead), so
+// that the window prefetched for a tensor is what the kernel will ask for.
+//
+// SliceLearner turns observations (the one range a reader touched in a tensor
+// it has left) into patterns: once kMinSupport observations from different
+// tensors agree on one fraction of rows, the fraction is known. Observations
+// of several readers (two ranks on one host) form separate patterns.
+//
+// Thread-safety: SlicePattern is a value; SliceLearner has none of its own
+// (ReadEngine calls it with its mutex held).
+#ifndef TENSORFS_CORE_ENGINE_SLICE_PATTERN_H_
+#define TENSORFS_CORE_ENGINE_SLICE_PATTERN_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+
+#include "core/util/types.h"
+
+namespace tensorfs {
+
+// A tensor's bytes in its file (absolute offsets) and the bytes of one index
+// along its first dimension (the element size for a 1-D tensor).
+struct TensorSpan {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t row_bytes = 1;
+
+  uint64_t size() const { return end - begin; }
+  uint64_t rows() const { return row_bytes == 0 ? 0 : size() / row_bytes; }
+};
+
+struct SlicePattern {
+  // Rows [lo_num/den, hi_num/den) of every tensor, rounded out to whole rows.
+  uint64_t lo_num = 0;
+  uint64_t hi_num = 1;
+  uint64_t den = 1;
+  // Bytes the kernel reads before and after such a range.
+  uint64_t before = 0;
+  uint64_t after = 0;
+
+  // Dim-0 slice `rank` of `world` (-o shard=R/N), with the kernel's default
+  // read-around as margins.
+  static SlicePattern Shard(uint64_t rank, uint64_t world);
+
+  // The rows of `t` this pattern reads, in bytes (no margins).
+  ByteRange Core(const TensorSpan& t) const;
+  // What a reader of this pattern has the kernel read in `t`: the core with
+  // its margins, rounded out to 4 KiB pages, within [lower, upper) (the
+  // object's data section).
+  ByteRange Window(const TensorSpan& t, uint64_t lower, uint64_t upper) const;
+  bool SameSlice(const SlicePattern& other) const {
+    return lo_num * other.den == other.lo_num * den && hi_num * other.den == other.hi_num * den;
+  }
+  std::string ToString() const;  // "rows 1/8..2/8 (-64 KiB, +128 KiB)"
+};
+
+// One reader's touch of one tensor: the bytes [begin, end) (absolute) it had
+// the kernel read there before moving on.
+struct SliceObservation {
+  TensorSpan tensor;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
+
+class SliceLearner {
+ public:
+  static constexpr int kMinSupport = 3;  // agreeing tensors that make a pattern
+  static constexpr size_t kRemembered = 24;
+
+  // Whether `o` can teach anything: a tensor of a few rows and pages or more,
+  // of which a part (not nearly all) was read.
+  static bool Informative(const SliceObservation& o);
+
+  // Adds an observation. Returns the pattern it completes, if any: observations
+  // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
+  // fraction of rows explains.
+  // Observations explained by a pattern already returned are used up.
+  std::optional<SlicePattern> Observe(const SliceObservation& o);
+
+ private:
+  std::deque<SliceObservation> recent_;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_SLICE_PATTERN_H_

@@ -1,0 +1,108 @@
+#include "core/engine/slice_pattern.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tensorfs {
+namespace {
+
+// Tensors of a Llama-like layer (bf16, hidden 2048): sizes differ, as the
+// learner needs.
+std::vector<TensorSpan> Tensors() {
+  std::vector<TensorSpan> out;
+  uint64_t at = 4096;
+  for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{32000, 2048}, {5632, 2048}, {2048, 2048}, {256, 2048},
+                            {2048, 5632}, {2048, 2048}}) {
+    out.push_back(TensorSpan{at, at + rows * cols * 2, cols * 2});
+    at += rows * cols * 2;
+  }
+  return out;
+}
+
+// What the kernel reads for a reader of rows rank/world of `t`: its rows, 64 KiB
+// before (mmap read-around) and `after` bytes past them, in whole pages.
+SliceObservation Observed(const TensorSpan& t, uint64_t rank, uint64_t world, uint64_t after = 192 << 10) {
+  const uint64_t n = t.rows();
+  const uint64_t begin = t.begin + rank * n / world * t.row_bytes;
+  const uint64_t end = t.begin + (rank + 1) * n / world * t.row_bytes;
+  return SliceObservation{t, std::max(t.begin, (begin - std::min(begin, uint64_t{64} << 10)) & ~uint64_t{4095}),
+                          std::min(t.end, (end + after + 4095) & ~uint64_t{4095})};
+}
+
+TEST(SlicePatternTest, LearnsTheRowFractionFromAFewTensorsOfDifferentSizes) {
+  for (uint64_t world : {2u, 4u, 8u, 16u}) {
+    for (uint64_t rank : {uint64_t{0}, world / 2, world - 1}) {
+      SliceLearner learner;
+      std::optional<SlicePattern> learned;
+      for (const TensorSpan& t : Tensors()) {
+        if (!learned) learned = learner.Observe(Observed(t, rank, world));
+      }
+      ASSERT_TRUE(learned.has_value()) << "nothing learned for " << rank << "/" << world;
+      // The rows, give or take a thousandth of the tensor (a fraction that
+      // fits every tensor with less margin wins a tie).
+      EXPECT_NEAR(double(learned->lo_num) / learned->den, double(rank) / world, 1e-3) << learned->ToString();
+      EXPECT_NEAR(double(learned->hi_num) / learned->den, double(rank + 1) / world, 1e-3) << learned->ToString();
+    }
+  }
+}
+
+TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  std::vector<TensorSpan> tensors = Tensors();
+  for (const TensorSpan& t : tensors) {
+    if (!learned) learned = learner.Observe(Observed(t, 3, 8));
+  }
+  ASSERT_TRUE(learned.has_value());
+  for (const TensorSpan& t : tensors) {
+    const SliceObservation o = Observed(t, 3, 8);
+    const ByteRange w = learned->Window(t, 0, UINT64_MAX);
+    EXPECT_LE(w.offset, o.begin);
+    EXPECT_GE(w.end(), o.end);
+    EXPECT_LE(w.length, o.end - o.begin + (64 << 10)) << "window of " << t.size() << " bytes";
+  }
+}
+
+TEST(SlicePatternTest, ReadsOfTheSameSizeAtTheTensorStartTeachNothing) {
+  // The kernel reading on past the end of each tensor into the next: the
+  // first 128 KiB of tensors that all have one size.
+  SliceLearner learner;
+  for (int i = 0; i < 10; ++i) {
+    TensorSpan t{4096 + i * (8ull << 20), 4096 + (i + 1) * (8ull << 20), 4096};
+    EXPECT_FALSE(learner.Observe(SliceObservation{t, t.begin, t.begin + (128 << 10)}).has_value());
+  }
+}
+
+TEST(SlicePatternTest, WholeTensorsAreNotSlices) {
+  SliceLearner learner;
+  for (const TensorSpan& t : Tensors()) {
+    EXPECT_FALSE(SliceLearner::Informative(SliceObservation{t, t.begin, t.end}));
+    EXPECT_FALSE(learner.Observe(SliceObservation{t, t.begin, t.end}).has_value());
+  }
+}
+
+TEST(SlicePatternTest, ShardGivesExactRowsWithReadAroundMargins) {
+  SlicePattern p = SlicePattern::Shard(1, 4);
+  TensorSpan t{1000, 1000 + 400 * 4096, 4096};
+  EXPECT_EQ(p.Core(t).offset, 1000 + 100 * 4096u);
+  EXPECT_EQ(p.Core(t).length, 100 * 4096u);
+  ByteRange w = p.Window(t, 1000, t.end);
+  EXPECT_LE(w.offset, p.Core(t).offset - (64 << 10));
+  EXPECT_GE(w.end(), p.Core(t).end() + (128 << 10));
+  EXPECT_EQ(w.offset % 4096, 0u);
+  // The last slice's window stops at the upper bound.
+  EXPECT_EQ(SlicePattern::Shard(3, 4).Window(t, 1000, t.end).end(), t.end);
+}
+
+TEST(SlicePatternTest, UnevenRowsRoundOut) {
+  SlicePattern p = SlicePattern::Shard(2, 3);
+  TensorSpan t{0, 10 * 8, 8};  // 10 rows: rank 2 of 3 reads rows 6..9
+  EXPECT_EQ(p.Core(t).offset, 6 * 8u);
+  EXPECT_EQ(p.Core(t).end(), 10 * 8u);
+  SlicePattern first = SlicePattern::Shard(0, 3);  // rows 0..3 (ceil of 10/3)
+  EXPECT_EQ(first.Core(t).end(), 4 * 8u);
+}
+
+}  // namespace
+}  // namespace tensorfs

@@ -1,0 +1,309 @@
+// The read engine with readers of a slice of every tensor (one host of a
+// sharded job): the kernel's reads of an mmap slice reader are replayed against
+// the engine over a controlled store, and the store's reads are checked.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "core/engine/read_engine.h"
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/controlled_store.h"
+#include "tests/support/memory_store.h"
+
+namespace tensorfs {
+namespace {
+
+using testing::ControlledStore;
+using testing::MemoryStore;
+using testing::RecordedRead;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kRead = 128 << 10;  // the kernel's read size (default readahead)
+
+class SliceReaderTest : public ::testing::Test {
+ protected:
+  SliceReaderTest() {
+    // f32, hidden 512: tensors of 1, 3 and 8 MiB (sizes apart, as real layers).
+    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
+                            .vocab = 4096, .dtype = Dtype::F32};
+    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
+    EXPECT_TRUE(files.ok());
+    for (auto& [name, bytes] : *files) {
+      memory_.Put(name, bytes);
+      if (name.ends_with(".safetensors")) source_ = bytes;
+    }
+    shard_ = *memory_.Stat("model.safetensors");
+  }
+
+  EngineOptions Options() const {
+    return EngineOptions{.chunk_size = 1 << 20, .cache_size = 256 << 20, .max_fetches = 4,
+                         .prefetch_window = 16 << 20, .head_size = 64 << 10};
+  }
+
+  // Reads [offset, offset + size) and checks the bytes.
+  void Read(ReadEngine& engine, uint64_t offset, uint64_t size) {
+    size = std::min(size, shard_.size - offset);
+    std::promise<StatusOr<ReadResult>> promise;
+    engine.Read(shard_, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); });
+    StatusOr<ReadResult> r = promise.get_future().get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::string got;
+    for (auto p : r->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
+    ASSERT_EQ(got, source_.substr(offset, size)) << "at " << offset;
+  }
+
+  // The kernel's reads for an mmap reader copying [begin, end) with memcpy: the
+  // read-around of the first page, of the last page, then the pages between.
+  std::vector<ByteRange> KernelReads(uint64_t begin, uint64_t end) const {
+    std::vector<ByteRange> out;
+    auto around = [&](uint64_t at) {
+      const uint64_t b = (at > kRead / 2 ? at - kRead / 2 : 0) & ~(kPage - 1);
+      out.push_back(ByteRange{b, std::min(kRead, shard_.size - b)});
+    };
+    around(begin);
+    around(end - 1);
+    for (uint64_t at = (begin + kRead / 2) & ~(kPage - 1); at < end - kRead / 2; at += kRead) {
+      out.push_back(ByteRange{at, std::min(kRead, end - kRead / 2 - at)});
+    }
+    return out;
+  }
+
+  // Rows [rank*n/world, (rank+1)*n/world) of `t`.
+  static ByteRange Rows(const TensorSpan& t, uint64_t rank, uint64_t world) {
+    const uint64_t n = t.rows();
+    return ByteRange{t.begin + rank * n / world * t.row_bytes, ((rank + 1) * n / world - rank * n / world) * t.row_bytes};
+  }
+
+  void ReadSlice(ReadEngine& engine, const TensorSpan& t, uint64_t rank, uint64_t world) {
+    const ByteRange rows = Rows(t, rank, world);
+    for (const ByteRange& r : KernelReads(rows.offset, rows.end())) Read(engine, r.offset, r.length);
+  }
+
+  // Waits until no fetch has started or run for 100 ms.
+  void WaitIdle(const ControlledStore& store) {
+    size_t seen = store.reads().size();
+    for (int quiet = 0; quiet < 10;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      size_t now = store.reads().size();
+      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
+      seen = now;
+    }
+  }
+
+  std::vector<TensorSpan> Tensors(ReadEngine& engine) {
+    Read(engine, 0, 8);  // the plan
+    return engine.PlanOf(shard_.id())->tensors();
+  }
+
+  // Bytes of `reads` (from index `from`) that fall outside every range of `allowed`.
+  static uint64_t BytesOutside(const std::vector<RecordedRead>& reads, size_t from,
+                               const std::vector<ByteRange>& allowed) {
+    uint64_t outside = 0;
+    for (size_t i = from; i < reads.size(); ++i) {
+      uint64_t covered = 0;
+      for (const ByteRange& a : allowed) {
+        const uint64_t b = std::max(a.offset, reads[i].offset);
+        const uint64_t e = std::min(a.end(), reads[i].offset + reads[i].length);
+        if (e > b) covered += e - b;
+      }
+      outside += reads[i].length - std::min(covered, reads[i].length);
+    }
+    return outside;
+  }
+
+  static uint64_t BytesFrom(const std::vector<RecordedRead>& reads, size_t from) {
+    uint64_t n = 0;
+    for (size_t i = from; i < reads.size(); ++i) n += reads[i].length;
+    return n;
+  }
+
+  // The windows of `pattern` in every tensor, widened by `slack` each side.
+  std::vector<ByteRange> Windows(ReadEngine& engine, const SlicePattern& pattern, uint64_t slack = 0) {
+    auto plan = engine.PlanOf(shard_.id());
+    std::vector<ByteRange> out;
+    for (const TensorSpan& t : plan->tensors()) {
+      ByteRange w = pattern.Window(t, plan->data_start(), plan->data_end());
+      const uint64_t b = w.offset > slack ? w.offset - slack : 0;
+      out.push_back(ByteRange{b, w.end() + slack - b});
+    }
+    return out;
+  }
+
+  // Reads slices of `world` of the tensors in `order` until the engine has
+  // learned a pattern; returns how many tensors that took.
+  size_t ReadUntilLearned(ReadEngine& engine, const std::vector<TensorSpan>& order, uint64_t rank, uint64_t world) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      ReadSlice(engine, order[i], rank, world);
+      if (!engine.SlicePatterns().empty()) return i + 1;
+    }
+    return order.size();
+  }
+
+  MemoryStore memory_;
+  std::string source_;
+  ObjectInfo shard_;
+  Metrics metrics_;
+};
+
+TEST_F(SliceReaderTest, StorageOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  std::vector<TensorSpan> tensors = Tensors(engine);
+  const size_t learned_after = ReadUntilLearned(engine, tensors, 1, 4);
+  ASSERT_LT(learned_after, 8u) << "a few tensors are enough";
+  const SlicePattern pattern = engine.SlicePatterns().front();
+  EXPECT_NEAR(double(pattern.lo_num) / pattern.den, 0.25, 1e-3) << pattern.ToString();
+  EXPECT_NEAR(double(pattern.hi_num) / pattern.den, 0.50, 1e-3) << pattern.ToString();
+
+  WaitIdle(store);
+  const size_t mark = store.reads().size();
+  uint64_t needed = 0;
+  for (size_t i = learned_after; i < tensors.size(); ++i) {
+    ReadSlice(engine, tensors[i], 1, 4);
+    needed += Rows(tensors[i], 1, 4).length;
+  }
+  WaitIdle(store);
+  const auto reads = store.reads();
+  EXPECT_EQ(BytesOutside(reads, mark, Windows(engine, pattern, kPage)), 0u) << "fetched outside the windows";
+  EXPECT_LE(BytesFrom(reads, mark), needed + (tensors.size() - learned_after) * (kRead + kRead / 2))
+      << "no more than the rows and the kernel's read-around";
+  EXPECT_EQ(BytesOutside(reads, mark, {ByteRange{0, 1}}), BytesFrom(reads, mark)) << "sanity";
+}
+
+TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  std::vector<TensorSpan> tensors = Tensors(engine);
+  std::shuffle(tensors.begin(), tensors.end(), std::mt19937(7));
+  const size_t learned_after = ReadUntilLearned(engine, tensors, 2, 4);
+  ASSERT_LT(learned_after, 10u);
+  const SlicePattern pattern = engine.SlicePatterns().front();
+  EXPECT_NEAR(double(pattern.lo_num) / pattern.den, 0.50, 1e-3) << pattern.ToString();
+
+  WaitIdle(store);
+  const size_t mark = store.reads().size();
+  for (size_t i = learned_after; i < tensors.size(); ++i) ReadSlice(engine, tensors[i], 2, 4);
+  WaitIdle(store);
+  EXPECT_EQ(BytesOutside(store.reads(), mark, Windows(engine, pattern, kPage)), 0u);
+  EXPECT_LE(metrics_.bytes_fetched.load(), shard_.size / 2) << "far from the whole file";
+}
+
+TEST_F(SliceReaderTest, ReaderSwitchingToWholeTensorsGetsThemWhole) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  std::vector<TensorSpan> tensors = Tensors(engine);
+  const size_t learned_after = ReadUntilLearned(engine, tensors, 0, 4);
+  ASSERT_FALSE(engine.SlicePatterns().empty());
+  // Whole tensors from here on, read in order with the kernel's reads.
+  size_t i = learned_after;
+  for (int whole = 0; whole < 2 && i < tensors.size(); ++i) {
+    for (uint64_t at = tensors[i].begin & ~(kPage - 1); at < tensors[i].end; at += kRead) Read(engine, at, kRead);
+    if (tensors[i].size() >= (1 << 20)) ++whole;
+  }
+  ASSERT_LT(i + 1, tensors.size());
+  // The next tensor: reading its first pages brings all of it (it may well be
+  // on its way already, ahead of a whole-tensor reader).
+  Read(engine, tensors[i].begin & ~(kPage - 1), kRead);
+  WaitIdle(store);
+  const auto reads = store.reads();
+  std::vector<bool> page(tensors[i].size() / kPage + 2, false);
+  for (const RecordedRead& r : reads) {
+    for (uint64_t at = std::max(r.offset, tensors[i].begin); at < std::min(r.offset + r.length, tensors[i].end);
+         at = (at / kPage + 1) * kPage) {
+      page[(at - tensors[i].begin) / kPage] = true;
+    }
+  }
+  EXPECT_EQ(std::count(page.begin(), page.begin() + tensors[i].size() / kPage, false), 0)
+      << "every page of the tensor fetched";
+}
+
+TEST_F(SliceReaderTest, TwoRanksOnOneMountEachGetTheirOwnWindows) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  std::vector<TensorSpan> tensors = Tensors(engine);
+  // Ranks 0 and 2 of 4, each reading its slice of every tensor in storage
+  // order, their reads interleaved.
+  size_t learned_after = tensors.size();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<ByteRange> a = KernelReads(Rows(tensors[i], 0, 4).offset, Rows(tensors[i], 0, 4).end());
+    std::vector<ByteRange> b = KernelReads(Rows(tensors[i], 2, 4).offset, Rows(tensors[i], 2, 4).end());
+    for (size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
+      if (k < a.size()) Read(engine, a[k].offset, a[k].length);
+      if (k < b.size()) Read(engine, b[k].offset, b[k].length);
+    }
+    if (engine.SlicePatterns().size() >= 2) {
+      learned_after = i + 1;
+      break;
+    }
+  }
+  ASSERT_LT(learned_after, tensors.size()) << "both readers learned";
+  std::vector<SlicePattern> patterns = engine.SlicePatterns();
+  std::vector<double> starts;
+  for (const SlicePattern& p : patterns) starts.push_back(double(p.lo_num) / p.den);
+  std::sort(starts.begin(), starts.end());
+  EXPECT_NEAR(starts[0], 0.0, 1e-3);
+  EXPECT_NEAR(starts[1], 0.5, 1e-3);
+
+  WaitIdle(store);
+  const size_t mark = store.reads().size();
+  for (size_t i = learned_after; i < tensors.size(); ++i) {
+    ReadSlice(engine, tensors[i], 0, 4);
+    ReadSlice(engine, tensors[i], 2, 4);
+  }
+  WaitIdle(store);
+  std::vector<ByteRange> allowed = Windows(engine, patterns[0], kPage);
+  for (const ByteRange& w : Windows(engine, patterns[1], kPage)) allowed.push_back(w);
+  EXPECT_EQ(BytesOutside(store.reads(), mark, allowed), 0u) << "nothing of ranks 1 and 3";
+}
+
+TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) {
+  ControlledStore store(memory_, /*hold=*/false);
+  EngineOptions options = Options();
+  options.shard_rank = 3;
+  options.shard_world = 4;
+  ReadEngine engine(store, options, metrics_);
+  std::vector<TensorSpan> tensors = Tensors(engine);
+  const SlicePattern pattern = SlicePattern::Shard(3, 4);
+  ASSERT_EQ(engine.SlicePatterns().size(), 1u);
+  EXPECT_TRUE(engine.SlicePatterns().front().SameSlice(pattern));
+  const ByteRange first = Rows(tensors[0], 3, 4);
+  Read(engine, first.offset, kPage);  // the first read of tensor data
+  WaitIdle(store);
+  const auto reads = store.reads();
+  std::vector<ByteRange> windows = Windows(engine, pattern);
+  // Fetched: every window, and nothing outside them but the head.
+  EXPECT_EQ(BytesOutside(reads, 0, windows), std::min<uint64_t>(64 << 10, shard_.size)) << "the head only";
+  uint64_t window_bytes = 0;  // of their union: the windows of small tensors overlap
+  uint64_t covered_to = 0;
+  for (const ByteRange& w : windows) {  // in storage order
+    const uint64_t b = std::max(w.offset, covered_to);
+    if (w.end() > b) window_bytes += w.end() - b;
+    covered_to = std::max(covered_to, w.end());
+  }
+  uint64_t inside = BytesFrom(reads, 0) - BytesOutside(reads, 0, windows);
+  EXPECT_GE(inside + (64 << 10), window_bytes) << "every window prefetched";
+  // And the reads of the slices then find everything in memory.
+  const size_t mark = reads.size();
+  for (const TensorSpan& t : tensors) {
+    const ByteRange rows = Rows(t, 3, 4);
+    for (uint64_t at = rows.offset; at < rows.end(); at += kRead) Read(engine, at, std::min(kRead, rows.end() - at));
+  }
+  WaitIdle(store);
+  EXPECT_EQ(store.reads().size(), mark) << "nothing more to fetch";
+}
+
+TEST_F(SliceReaderTest, ShardOutOfRangeIsRefusedWithTheRightForm) {
+  EngineOptions options = Options();
+  options.shard_rank = 4;
+  options.shard_world = 4;
+  Status s = options.Validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard=R/N"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace tensorfs

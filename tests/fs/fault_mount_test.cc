@@ -1,0 +1,245 @@
+// Real mounts of a gs:// source whose server fails in the ways the test
+// server can inject: a server that goes away and comes back is found again
+// within 2 s, a permanent error gives EIO within retry_deadline + stall_timeout
+// of the first failure (the kernel's re-issue of the read included), stalls are
+// dropped within 10% of stall_timeout, and every retry shows in `tensorfs
+// stats` and on the Prometheus endpoint, counted by cause.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/gcs_test_server.h"
+#include "tests/support/mount_fixture.h"
+
+namespace tensorfs {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::GcsTestServer;
+using testing::ReadWhole;
+using testing::RunCommand;
+using testing::TensorfsBinary;
+using testing::TensorfsMount;
+using Seconds = std::chrono::duration<double>;
+using nlohmann::json;
+
+constexpr char kBlob[] = "blob.bin";
+constexpr size_t kBlobSize = 4 << 20;
+
+// Reads a whole file with read(); returns errno on failure.
+int ReadFile(const std::string& path, std::string* out) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return errno;
+  out->clear();
+  std::vector<char> buf(1 << 20);
+  ssize_t n;
+  while ((n = ::read(fd, buf.data(), buf.size())) > 0) out->append(buf.data(), static_cast<size_t>(n));
+  int err = n < 0 ? errno : 0;
+  ::close(fd);
+  return err;
+}
+
+// The counters `tensorfs stats --json` prints, read the same way.
+json MountStats(const std::string& mountpoint) {
+  std::vector<char> buf(1 << 20);
+  ssize_t n = ::getxattr(mountpoint.c_str(), "user.tensorfs.stats", buf.data(), buf.size());
+  if (n < 0) return json();
+  return json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class FaultMountTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new testing::TempDir();
+    std::mt19937 rng(7);
+    blob_ = new std::string(kBlobSize, '\0');
+    for (char& c : *blob_) c = static_cast<char>(rng());
+    testing::WriteFile(data_->path() + "/faults/" + kBlob, *blob_);
+    std::string error;
+    server_ = GcsTestServer::Start({.data_dir = data_->path()}, &error).release();
+    ASSERT_NE(server_, nullptr) << error;
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete blob_;
+    delete data_;
+  }
+  void SetUp() override {
+    if (!server_->running()) {
+      ASSERT_TRUE(server_->Restart());
+    }
+    ASSERT_TRUE(server_->ClearFaults());
+  }
+
+  std::unique_ptr<TensorfsMount> Mount(const std::string& extra) {
+    std::string error;
+    auto mount = TensorfsMount::Start(
+        "gs://faults", {"-o", "anonymous,endpoint=" + server_->endpoint() + "," + extra}, &error);
+    EXPECT_NE(mount, nullptr) << error;
+    return mount;
+  }
+
+  static testing::TempDir* data_;
+  static std::string* blob_;
+  static GcsTestServer* server_;
+};
+testing::TempDir* FaultMountTest::data_ = nullptr;
+std::string* FaultMountTest::blob_ = nullptr;
+GcsTestServer* FaultMountTest::server_ = nullptr;
+
+TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesWithinTwoSecondsOfItsReturn) {
+  auto mount = Mount("retry_deadline=30,stall_timeout=2");
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->path() + "/" + kBlob;
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  server_->Stop();
+  std::string got;
+  int err = -1;
+  std::chrono::steady_clock::time_point done;
+  std::thread reader([&] {
+    err = ReadFile(path, &got);
+    done = std::chrono::steady_clock::now();
+  });
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // down long enough for the backoff to reach its cap
+  ASSERT_TRUE(server_->Restart());                       // returns once the server answers
+  const auto back = std::chrono::steady_clock::now();
+  reader.join();
+  ASSERT_EQ(err, 0) << mount->Log();
+  EXPECT_TRUE(got == *blob_);
+  EXPECT_LT(Seconds(done - back).count(), 2.0) << mount->Log();
+  const json stats = MountStats(mount->path());
+  EXPECT_GE(stats["retries"]["by_cause"].value("connect", 0), 2) << stats.dump();
+  EXPECT_EQ(stats["reads_failed_eio"], 0);
+}
+
+TEST_F(FaultMountTest, PermanentErrorGivesEioWithinDeadlinePlusStallTimeoutOfTheFirstFailure) {
+  auto mount = Mount("retry_deadline=3,stall_timeout=2");
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->path() + "/" + kBlob;
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_TRUE(server_->InjectFaults(R"([{"match": {"media": true}, "action": "status", "status": 503, "count": -1}])"));
+  const auto start = std::chrono::steady_clock::now();
+  std::string got;
+  EXPECT_EQ(ReadFile(path, &got), EIO);
+  const double took = Seconds(std::chrono::steady_clock::now() - start).count();
+  // The first attempt fails at once; the kernel reads the bytes again after
+  // the first EIO, and that read must not get a window of its own.
+  EXPECT_LT(took, 3.0 + 2.0) << mount->Log();
+  EXPECT_GE(took, 1.0) << "retried for most of retry_deadline";
+  const json stats = MountStats(mount->path());
+  EXPECT_GE(stats["reads_failed_eio"].get<int>(), 2) << "the kernel read the bytes again: " << stats.dump();
+  EXPECT_GE(stats["retries"]["exhausted"].get<int>(), 2) << stats.dump();
+  EXPECT_GE(stats["retries"]["by_cause"].value("http_503", 0), 3) << stats.dump();
+}
+
+TEST_F(FaultMountTest, StalledResponseIsDroppedWithinTenPercentOfTheStallTimeout) {
+  auto mount = Mount("retry_deadline=30,stall_timeout=2");
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->path() + "/" + kBlob;
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(server_->InjectFaults(
+      R"([{"match": {"media": true}, "action": "stall_after", "bytes": 0, "seconds": 10}])"));
+  std::vector<char> buf(4096);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 1 << 20), 4096) << mount->Log();
+  const double took = Seconds(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  EXPECT_EQ(std::string(buf.data(), buf.size()), blob_->substr(1 << 20, 4096));
+  EXPECT_EQ(MountStats(mount->path())["retries"]["by_cause"], json({{"stall", 1}}));
+  // The retry warning says how long the response had been silent when it was
+  // dropped: between 1.0 and 1.1 x stall_timeout.
+  std::smatch m;
+  const std::string log = mount->Log();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("stalled: no bytes for ([0-9.]+) s"))) << log;
+  EXPECT_GE(std::stod(m[1]), 2.0);
+  EXPECT_LT(std::stod(m[1]), 2.2);
+  EXPECT_GE(took, 2.0);
+  EXPECT_LT(took, 3.0) << "the retry after the drop is served at once";
+}
+
+TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpoint) {
+  const int port = FreePort();
+  ASSERT_NE(port, 0);
+  auto mount = Mount("retry_deadline=30,stall_timeout=2,prometheus_port=" + std::to_string(port));
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->path() + "/" + kBlob;
+  struct stat st;
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_TRUE(server_->InjectFaults(R"([
+      {"match": {"media": true}, "action": "status", "status": 503},
+      {"match": {"media": true}, "action": "status", "status": 429},
+      {"match": {"media": true}, "action": "reset_after", "bytes": 100000},
+      {"match": {"media": true}, "action": "truncate_after", "bytes": 1000},
+      {"match": {"media": true}, "action": "stall_after", "bytes": 1000, "seconds": 5}])"));
+  std::string got;
+  ASSERT_EQ(ReadFile(path, &got), 0) << mount->Log();
+  EXPECT_TRUE(got == *blob_);
+
+  const json stats = MountStats(mount->path());
+  EXPECT_EQ(stats["retries"]["by_cause"],
+            json({{"http_503", 1}, {"http_429", 1}, {"reset", 1}, {"truncated", 1}, {"stall", 1}}))
+      << stats.dump();
+  EXPECT_EQ(stats["retries"]["total"], 5);
+  const uint64_t resumed = stats["retries"]["resumed_bytes"].get<uint64_t>();
+  EXPECT_GE(resumed, 2000u) << "the truncated and the stalled response kept their bytes";
+  EXPECT_EQ(stats["reads_failed_eio"], 0);
+
+  auto text = RunCommand(TensorfsBinary() + " stats " + mount->path());
+  ASSERT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("retries                 5 ("));
+  EXPECT_THAT(text.output, HasSubstr("http_503 1"));
+  EXPECT_THAT(text.output, HasSubstr("stall 1"));
+  EXPECT_THAT(text.output, HasSubstr("reads failed with EIO   0"));
+
+  auto scrape = RunCommand("/usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                           "'http://127.0.0.1:" + std::to_string(port) + "/metrics').read().decode())\"");
+  ASSERT_EQ(scrape.exit_code, 0) << scrape.output;
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"http\",code=\"503\"} 1\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"http\",code=\"429\"} 1\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"reset\"} 1\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"truncated\"} 1\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"stall\"} 1\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_retries_total{cause=\"connect\"} 0\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_resumed_bytes_total " + std::to_string(resumed) + "\n"));
+  EXPECT_THAT(scrape.output, HasSubstr("tensorfs_reads_failed_eio_total 0\n"));
+
+  // Five retry warnings within a few seconds: the log says how many it held back.
+  ASSERT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(10)));
+  EXPECT_THAT(mount->Log(), HasSubstr("similar warning"));
+}
+
+}  // namespace
+}  // namespace tensorfs
