@@ -154,7 +154,11 @@ Status RetryLoop::Run(std::string_view what, const std::function<AttemptResult()
                                               ": " + result.status.message());
     }
     if (hooks.on_retry) hooks.on_retry(attempts_, result, delay);
-    if (hooks.health != nullptr && reconnect) {
+    // A server that could not be reached, or failed (5xx), is back once any
+    // request to it succeeds; a 429 or 408 asked this client to wait.
+    const bool server_down =
+        reconnect || (result.cause == RetryCause::kHttpStatus && result.http_status >= 500);
+    if (hooks.health != nullptr && server_down) {
       hooks.health->WaitForSuccess(seen, delay);
     } else {
       clock_.Sleep(delay);

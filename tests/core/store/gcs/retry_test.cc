@@ -244,6 +244,23 @@ TEST(EndpointHealthTest, AnHttpErrorWaitsItsFullDelayDespiteSuccesses) {
   EXPECT_THAT(clock.sleeps(), ElementsAre(milliseconds(100)));
 }
 
+TEST(EndpointHealthTest, AServerErrorWaitEndsWhenAnotherRequestSucceeds) {
+  FakeClock clock;
+  EndpointHealth health(clock);
+  RetryLoop loop(RetryOptions{}, clock, Fixed(1.0));
+  RetryLoop::Hooks hooks;
+  hooks.health = &health;
+  int calls = 0;
+  Status s = loop.Run("read", [&] {
+    if (++calls > 1) return AttemptResult::Done();
+    health.RecordSuccess();  // the server is answering again
+    return AttemptResult::Transient(UnavailableError("HTTP 503"), false, RetryCause::kHttpStatus, 503);
+  }, hooks);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(clock.sleeps().empty()) << "no full backoff once another request got through";
+}
+
 TEST(EndpointHealthTest, SuccessfulAttemptsAreRecorded) {
   FakeClock clock;
   EndpointHealth health(clock);
