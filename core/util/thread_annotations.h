@@ -9,7 +9,8 @@
 //   4. store locks (LocalStore has none; GcsStore token and handle-pool locks)
 //   5. leaf locks: logging rate limiters (taken after the process-wide list of
 //      limiters, see log_limiter.h), stats counters, GCS EndpointHealth and
-//      RetryWindows
+//      RetryWindows, the engine's BufferPool (a chunk may be freed, and its
+//      buffer returned, under ReadEngine::mu_)
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 
