@@ -214,7 +214,7 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
                                 std::vector<std::pair<ByteRange, ChunkKey>>* created) {
   int64_t requested = 0;
   uint64_t cursor = range.offset;
-  auto request = [&](uint64_t begin, uint64_t end) {
+  auto request = [&](uint64_t begin, uint64_t end) REQUIRES(mu_) {
     for (uint64_t at = begin; at < end;) {
       const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, kPage));
       if (!cache_.Reserve(length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
