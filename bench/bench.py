@@ -512,12 +512,11 @@ class Bench:
         if not result.complete and result.error is None:
             result.note = f"partial: stopped after {result.seconds:.0f} s" + (f"; {result.note}" if result.note else "")
 
-    def load_parallel(self, result, groups):
-        start_at = time.monotonic() + 1.5  # after every loader has imported numpy
-        procs = [subprocess.Popen(self.loader_cmd(g, start_at=start_at), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for g in groups]
-        outs = []
-        errors = []
+    def run_loaders(self, cmds):
+        """Starts the loader commands together; returns [(last JSON line or None,
+        stderr, exit code)] in order, each loader killed past the hard timeout."""
+        procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in cmds]
+        done = []
         for proc in procs:
             timeout = self.hard_timeout()
             try:
@@ -530,9 +529,16 @@ class Bench:
                     p.kill()
                     p.wait()
                 raise
-            parsed = last_json(out)
-            if parsed is None or proc.returncode not in (0, -9):
-                errors.append(f"loader exited with {proc.returncode}: {err.strip()[-400:]}")
+            done.append((last_json(out), err, proc.returncode))
+        return done
+
+    def load_parallel(self, result, groups):
+        start_at = time.monotonic() + 1.5  # after every loader has imported numpy
+        outs = []
+        errors = []
+        for parsed, err, returncode in self.run_loaders([self.loader_cmd(g, start_at=start_at) for g in groups]):
+            if parsed is None or returncode not in (0, -9):
+                errors.append(f"loader exited with {returncode}: {err.strip()[-400:]}")
             if parsed is not None:
                 parsed.setdefault("complete", False)
                 outs.append(parsed)
@@ -668,25 +674,18 @@ class Bench:
                 for rank in range(world):
                     mounts.append(self.mount_tensorfs(self.prefix, f"{label}-r{rank}")[:2])
                 start_at = time.monotonic() + 1.5  # after every loader has imported numpy
-                procs = []
+                cmds = []
                 for rank, (mnt, _) in enumerate(mounts):
                     cmd = [PYTHON, LOADER_PY, "slice", *[os.path.join(mnt, s) for s in self.shards],
                            "--rank", str(rank), "--world", str(world), "--dim", str(dim), "--order", order,
                            "--seed", str(self.args.seed), "--start-at", f"{start_at:.6f}"]
                     if self.args.deadline:
                         cmd += ["--deadline", str(self.args.deadline)]
-                    procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                    cmds.append(cmd)
                 hosts = []
-                for rank, proc in enumerate(procs):
-                    timeout = self.hard_timeout()
-                    try:
-                        out, err = proc.communicate(timeout=None if timeout is None else timeout + 2)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        out, err = proc.communicate()
-                    parsed = last_json(out)
+                for rank, (parsed, err, returncode) in enumerate(self.run_loaders(cmds)):
                     if parsed is None:
-                        raise RuntimeError(f"host {rank}: loader exited with {proc.returncode}: {err.strip()[-300:]}")
+                        raise RuntimeError(f"host {rank}: loader exited with {returncode}: {err.strip()[-300:]}")
                     hosts.append(parsed)
                 per_host = []
                 for rank, ((mnt, proc), out) in enumerate(zip(mounts, hosts)):
