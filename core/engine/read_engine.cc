@@ -32,7 +32,10 @@ constexpr uint64_t kTouchGap = 64 << 10;
 // readers' for this many reads.
 constexpr uint64_t kWholeMemory = 4096;
 // Tensors at least this large are judged by how a reader copies them.
-constexpr uint64_t kWholeCopyMin = 1 << 20;
+constexpr uint64_t kCopyMin = 1 << 20;
+// The most the kernel reads around the last page of a copy (for the default
+// 128 KiB read-around, and a larger read_ahead's first reads).
+constexpr uint64_t kCopyTailMax = 512 << 10;
 // Windows of a slice pattern closer than this are fetched as one request.
 constexpr uint64_t kCoalesceGap = 64 << 10;
 // An unknown reader's first request, and the least it is read ahead.
@@ -44,6 +47,9 @@ constexpr uint64_t kSpillMax = 512 << 10;
 // its slice into the next tensor) are that reader's: fetched as they come.
 constexpr uint64_t kNearWindow = 512 << 10;
 constexpr uint64_t kPage = 4096;
+// Pieces holding less than 1/kSmallPieces of a chunk are fetched again with
+// it when the whole chunk is wanted (see Request).
+constexpr uint64_t kSmallPieces = 16;
 
 std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -171,9 +177,17 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
 bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
   const ChunkKey key{state.info.id(), index};
   const ByteRange range = state.plan->Chunk(index);
-  if (cache_.Find(key) == nullptr && !PiecesIn(state, range).empty()) {
-    // Part of it came as pieces: fetch only the rest (not counted as a sweep's).
-    return RequestGaps(state, range, prefetch, range.length) >= 0;
+  if (cache_.Find(key) == nullptr) {
+    uint64_t in_pieces = 0;
+    for (const auto& [piece, piece_key] : PiecesIn(state, range)) in_pieces += piece.length;
+    // Part of it came as pieces: fetch only the rest (not counted as a
+    // sweep's). Unless that part is small (a reader's first reads, before it
+    // was known to read whole tensors): the whole chunk then comes in one
+    // request rather than in two or three around the pieces, a few of its
+    // bytes twice.
+    if (in_pieces > 0 && in_pieces * kSmallPieces > range.length) {
+      return RequestGaps(state, range, prefetch, range.length) >= 0;
+    }
   }
   return RequestPiece(state, key, range, prefetch, sweep);
 }
@@ -238,7 +252,8 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
   return requested;
 }
 
-ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern) {
+ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern,
+                                      uint64_t* copy_end) {
   const ChunkPlan& plan = *state.plan;
   const std::vector<TensorSpan>& tensors = plan.tensors();
   int first = plan.TensorAt(range.offset);
@@ -252,6 +267,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
   ++state.clock;
 
   // Record the touch of every tensor the read overlaps.
+  bool last_page = false;
   const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
   for (size_t k = static_cast<size_t>(first); k < tensors.size() && tensors[k].begin < range.end(); ++k) {
     const TensorSpan& t = tensors[k];
@@ -262,6 +278,13 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
              end + kTouchGap >= touch.range.offset;
     });
     if (it == state.touches.end()) {
+      // A read of a tensor past where the reader is in it: likely a copy's
+      // last page, read before the rest (see below).
+      if (k == static_cast<size_t>(first)) {
+        last_page = std::any_of(state.touches.begin(), state.touches.end(), [&](const Touch& x) {
+          return x.tensor == static_cast<int>(k) && x.range.end() <= begin;
+        });
+      }
       state.touches.push_back(
           Touch{static_cast<int>(k), ByteRange{begin, end - begin}, state.clock, state.clock, crossing, state.clock});
       it = std::prev(state.touches.end());
@@ -270,6 +293,39 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
       const uint64_t e = std::max(end, it->range.end());
       if (b < it->range.offset || e > it->range.end()) it->grown_at = state.clock;
       it->range = ByteRange{b, e - b};
+    }
+    // A copy (memcpy touches the first page of what it copies, then its last
+    // page, then the rest from the start): the touch this read grew began
+    // before the next touch of the tensor, a small one, appeared, and has
+    // grown since (maybe into it). The copy runs to the end of that touch.
+    // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
+    // host's slice, before its pattern is known) the bytes in between are
+    // fetched now and nothing past the copy is read ahead, so that learning
+    // the pattern costs little more than the slices read meanwhile. A slice
+    // at the end of a tensor grows from the middle; one at the start ends
+    // short of the end, and the kernel's read-around reaching back from the
+    // next tensor comes after it has stopped growing.
+    if (t.size() >= kCopyMin && whole_until_ <= now && it->grown_at == state.clock) {
+      const Touch* tail = nullptr;
+      for (const Touch& x : state.touches) {
+        if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.offset > it->range.offset &&
+            x.range.end() > it->range.end() && (tail == nullptr || x.range.offset < tail->range.offset)) {
+          tail = &x;
+        }
+      }
+      if (tail != nullptr && tail->first_read > it->first_read &&
+          tail->range.length <= std::max<uint64_t>(2 * range.length, kCopyTailMax)) {
+        if (it->range.offset == t.begin && tail->range.end() == t.end) {
+          spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
+          whole_until_ = now + kWholeMemory;
+          ContinueTensor(state, k);
+        } else if (it->copy_end == 0) {
+          it->copy_end = tail->range.end();
+          if (tail->range.offset > it->range.end()) {
+            PrefetchPieces(state, ByteRange{it->range.end(), tail->range.offset - it->range.end()});
+          }
+        }
+      }
     }
     // Touches that have grown into each other are one (a memcpy reads a
     // slice's first page, its last, then the rest in between).
@@ -285,6 +341,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
         t1.crossing = t1.crossing || t2.crossing;
         t1.first_read = std::min(t1.first_read, t2.first_read);
         t1.grown_at = std::max(t1.grown_at, t2.grown_at);
+        t1.copy_end = std::max(t1.copy_end, t2.copy_end);
         state.touches.erase(state.touches.begin() + static_cast<std::ptrdiff_t>(j));
         if (j < grown) --grown;
         continue;
@@ -298,27 +355,10 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     }
     // Nearly all of a tensor several reads long: a whole-tensor reader.
     if (t.size() >= 4 * std::max<uint64_t>(range.length, 64 << 10) && it->range.length >= t.size() - t.size() / 10) {
+      if (whole_until_ <= now) {
+        spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", state.info.name, k);
+      }
       whole_until_ = now + kWholeMemory;
-    }
-    // A copy of the whole tensor (memcpy touches its first page, its last,
-    // then the rest from the start): the touch at the tensor's start keeps
-    // growing after the one at its end appeared. A slice at the end of the
-    // tensor grows from the middle; one at the start ends short of the end,
-    // and the kernel's read-around reaching back from the next tensor comes
-    // after it has stopped growing.
-    if (t.size() >= kWholeCopyMin && whole_until_ <= now) {
-      const Touch* head = nullptr;
-      const Touch* tail = nullptr;
-      for (const Touch& x : state.touches) {
-        if (x.tensor != static_cast<int>(k)) continue;
-        if (x.range.offset == t.begin) head = &x;
-        if (x.range.end() == t.end) tail = &x;
-      }
-      if (head != nullptr && tail != nullptr && head != tail && tail->first_read > head->first_read &&
-          head->grown_at > tail->first_read && head->range.length >= 2 * range.length) {
-        whole_until_ = now + kWholeMemory;
-        ContinueTensor(state, k);
-      }
     }
   }
 
@@ -341,6 +381,9 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
     if (!known) {
+      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
+                    touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
+                    o.end - o.tensor.begin);
       if (std::optional<SlicePattern> learned = learner_.Observe(o)) {
         const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
                                      [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
@@ -366,6 +409,14 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     }
   }
   if (now < whole_until_) return Mode::kWhole;
+  // At a copy's likely last page, or past the end of a copy whose extent is
+  // known: the kernel reading around it.
+  if (last_page) return Mode::kAround;
+  for (const Touch& x : state.touches) {
+    if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + kTouchGap || end < x.range.offset) continue;
+    if (begin >= x.copy_end) return Mode::kAround;
+    *copy_end = x.copy_end;
+  }
   // Near a window of this tensor or of its neighbours: a slice reader's kernel
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
@@ -444,15 +495,19 @@ void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
 void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
-  if (index < 0) return;
+  // A read within the head chunk is most likely the kernel reading around a
+  // header parsed through mmap: it calls for nothing more yet.
+  if (index < 0 || plan.ChunkAt(range.end() - 1) == 0) return;
   const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
   auto touch = std::find_if(state.touches.begin(), state.touches.end(), [&](const Touch& x) {
     return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
   });
   const uint64_t run = touch == state.touches.end() ? range.length : range.end() - touch->range.offset;
+  // A copy whose end is known is read ahead no further (see Classify).
+  const uint64_t limit = touch != state.touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
-  while (frontier < t.end) {
+  while (frontier < limit) {
     const size_t c = plan.ChunkAt(frontier);
     if (cache_.Find(ChunkKey{state.info.id(), c}) != nullptr) {
       frontier = plan.Chunk(c).end();
@@ -467,15 +522,17 @@ void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
   // reader's rows end somewhere, and what was fetched past them is no more
   // than what it read.
   const uint64_t ahead = std::max(run, kFirstPiece);
-  if (frontier >= t.end || frontier >= range.end() + ahead / 2) return;
-  const uint64_t end = std::min(t.end, range.end() + 2 * ahead);
-  // Requests of up to 4 MiB, so the link's connections each carry a share
-  // while the window grows.
+  if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
+  PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + 2 * ahead) - frontier});
+}
+
+void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
+  const ChunkPlan& plan = *state.plan;
+  // Requests of up to 4 MiB, so the link's connections each carry a share.
   const uint64_t piece = std::min<uint64_t>(options_.chunk_size, 4 << 20);
-  for (uint64_t at = frontier; at < end;) {
+  for (uint64_t at = range.offset; at < range.end();) {
     const size_t c = plan.ChunkAt(at);
-    const ByteRange chunk = plan.Chunk(c);
-    const uint64_t e = std::min(end, chunk.end());
+    const uint64_t e = std::min(range.end(), plan.Chunk(c).end());
     if (cache_.Find(ChunkKey{state.info.id(), c}) == nullptr &&
         RequestGaps(state, ByteRange{at, e - at}, /*prefetch=*/true, piece) < 0) {
       return;
@@ -656,8 +713,10 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     // fetch and what to prefetch (see "Readers" in the header).
     Mode mode = Mode::kWhole;
     const ActivePattern* pattern = nullptr;
+    uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
-    if (kernel_read) mode = Classify(state, op->range, &pattern);
+    if (kernel_read) mode = Classify(state, op->range, &pattern, &copy_end);
+    const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
       StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on
     }
@@ -718,7 +777,9 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
       // Missing bytes of the part come as pieces: a whole reader's fill the
       // chunk's gaps, a slice reader's its window, an unknown reader's start
-      // at the read and run on a little.
+      // at the read and run on a little, unless the read spans tensors (the
+      // kernel reading around a page near a tensor's edge: what the reader
+      // needs of the tensors beyond that edge is not known yet).
       ByteRange want = part;
       if (mode == Mode::kWhole) {
         want = chunk;
@@ -733,13 +794,14 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
           const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
           want = ByteRange{wb, we - wb};
         }
-      } else if (mode == Mode::kNearSlice) {
+      } else if (mode == Mode::kNearSlice || mode == Mode::kAround || spans_tensors) {
         want = ByteRange{b & ~(kPage - 1), 0};
         want.offset = std::max(want.offset, chunk.offset);
         want.length = std::min(chunk.end(), (e + kPage - 1) & ~(kPage - 1)) - want.offset;
       } else {
         const uint64_t wb = b & ~(kPage - 1);
-        const uint64_t we = std::min(chunk.end(), std::max(e, std::max(wb, chunk.offset) + kFirstPiece));
+        const uint64_t run_on = std::min(copy_end, std::max(wb, chunk.offset) + kFirstPiece);
+        const uint64_t we = std::min(chunk.end(), std::max(e, run_on));
         want = ByteRange{std::max(wb, chunk.offset), 0};
         want.length = we - want.offset;
       }
@@ -759,8 +821,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
       TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
     } else if (kernel_read && mode == Mode::kUnknown) {
-      RampWithinTensor(state, op->range);
-    } else if (op->hints.prefetch) {
+      if (!spans_tensors) RampWithinTensor(state, op->range);
+    } else if (op->hints.prefetch && mode != Mode::kAround) {
       UpdateStreams(state, first, last, op->range.end());
     }
     if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it

@@ -23,7 +23,13 @@
 //     to chunk_size; no whole-tensor or whole-object prefetch for them;
 //   - readers not known yet (the first reads of a mount, strided column
 //     readers): the chunk they need and, ahead of a reader moving on within a
-//     tensor, as many bytes as it has read there in a row, within the tensor.
+//     tensor, as many bytes as it has read there in a row, within the tensor;
+//     for a copy whose extent its first reads show (memcpy reads the first
+//     page, the last, then the rest), the bytes in between at once and
+//     nothing past it.
+// The mode is decided per read by Classify; a read spanning two tensors (the
+// kernel reading around a page near a tensor's edge) fetches only its pages
+// for a reader not known yet.
 // A chunk a slice reader only needed part of is held as pieces (separate
 // cache entries, never overlapping); any later read or prefetch of that chunk
 // fetches only the gaps between them.
@@ -147,8 +153,10 @@ class ReadEngine {
  private:
   struct ReadOp;
   // kNearSlice: just outside a slice reader's window (its kernel reading
-  // around it): only the bytes read are fetched.
-  enum class Mode { kWhole, kSlice, kNearSlice, kUnknown };
+  // around it); kAround: at a copy's likely last page, or past the end of a
+  // copy whose extent is known (see Classify). Only the bytes read are
+  // fetched for either.
+  enum class Mode { kWhole, kSlice, kNearSlice, kAround, kUnknown };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for kSettleReads reads, then taught to the learner.
   struct Touch {
@@ -158,6 +166,7 @@ class ReadEngine {
     uint64_t first_read = 0;
     bool crossing = false;  // made by a read across a tensor boundary
     uint64_t grown_at = 0;  // the read that last made it larger
+    uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
   };
   // Part of a chunk fetched on its own (see "Readers").
   struct Piece {
@@ -237,8 +246,10 @@ class ReadEngine {
   int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
                       std::vector<std::pair<ByteRange, ChunkKey>>* created = nullptr) REQUIRES(mu_);
   // Records a kernel read for learning (touches, slice observations, whole
-  // tensors) and says which kind of reader made it; *pattern is set for kSlice.
-  Mode Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern) REQUIRES(mu_);
+  // tensors) and says which kind of reader made it; *pattern is set for kSlice
+  // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
+  Mode Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern, uint64_t* copy_end)
+      REQUIRES(mu_);
   // The window of `pattern` in tensor `index` of `state`'s object.
   ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
   // Prefetches windows of `pattern` (id) in `state`'s object, starting at
@@ -246,8 +257,12 @@ class ReadEngine {
   void TopUpSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);
   void StartSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);
   // Prefetch for a reader not known yet: the bytes ahead of it within the
-  // tensor, as many as it has read there in a row.
+  // tensor (or the copy it makes, once known), as many as it has read there
+  // in a row.
   void RampWithinTensor(ObjectState& state, ByteRange range) REQUIRES(mu_);
+  // Requests the parts of `range` not cached or coming, as pieces of up to
+  // 4 MiB, at prefetch priority.
+  void PrefetchPieces(ObjectState& state, ByteRange range) REQUIRES(mu_);
   // Prefetches the rest of tensor `index` (a whole-tensor reader's).
   void ContinueTensor(ObjectState& state, size_t index) REQUIRES(mu_);
   // Requests the chunks (or edge pieces) covering `range` at prefetch priority.

@@ -28,10 +28,12 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 
 // Whether rows lo/den..hi/den explain `o`: the reader touched the core (give or
 // take two rows and a page, for loaders that split rows differently) and at
-// most kMaxMargin / 2 on either side, and in all no more than the core.
+// most kMaxMargin / 2 on either side, and in all no more than the core. A core
+// smaller than the kernel's read-around explains nothing: such a slice cannot
+// be told from what the kernel reads around other readers' pages.
 bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) {
   const ByteRange core = p.Core(o.tensor);
-  if (core.length == 0) return false;
+  if (core.length < kReadAroundHalf) return false;
   const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
   if (o.begin > core.offset + tol || core.offset > o.begin + kMaxMargin / 2) return false;
   if (o.end + tol < core.end() || o.end > core.end() + kMaxMargin / 2) return false;
@@ -89,9 +91,14 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   // The new observation proposes fractions; the others vote. The fraction
   // that explains the most tensors wins (the kernel's margins around a small
   // slice fit several fractions, the slices of many tensors only the reader's
-  // own); of those that explain as many, the one whose margins vary least
-  // from tensor to tensor: the kernel reads the same number of bytes around
-  // any slice, while a fraction a little off is off by more in larger tensors.
+  // own); of those that explain as many, the simplest (smallest denominator):
+  // a fraction that explains every observation and is not the reader's own
+  // is narrower than it, by a share of each tensor small enough to pass for
+  // the kernel's read-around, and such near neighbours of r/N have larger
+  // denominators than N. (How much the margins vary from tensor to tensor
+  // does not tell them apart: the kernel's asynchronous readahead past a
+  // slice varies by more than a near neighbour's error in a few tensors.)
+  // Of two with one denominator, the one with the smaller margins.
   const uint64_t size = o.tensor.size();
   const uint64_t a = o.begin - o.tensor.begin;
   const uint64_t b = o.end - o.tensor.begin;
@@ -108,14 +115,12 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
         if (rl >= rh || !Fits(o, p, &before, &after)) continue;
         std::set<std::pair<uint64_t, uint64_t>> tensors;
         uint64_t smallest = UINT64_MAX, largest = 0;
-        uint64_t min_before = UINT64_MAX, max_before = 0, min_after = UINT64_MAX, max_after = 0;
+        uint64_t max_before = 0, max_after = 0;
         std::vector<uint64_t> afters;
         for (const SliceObservation& r : recent_) {
           uint64_t rb = 0, ra = 0;
           if (!Fits(r, p, &rb, &ra)) continue;
-          min_before = std::min(min_before, rb);
           max_before = std::max(max_before, rb);
-          min_after = std::min(min_after, ra);
           max_after = std::max(max_after, ra);
           tensors.insert({r.tensor.begin, r.tensor.end});
           smallest = std::min(smallest, r.tensor.size());
@@ -137,8 +142,9 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
         // past it as the first fault's reaches before the slice, and the
         // reader waits for it too.
         p.after = std::max(p.before, afters.empty() ? 0 : afters[afters.size() / 2]);
-        const uint64_t margins = (max_before - min_before) + (max_after - min_after);
-        if (tensors.size() > best_support || (tensors.size() == best_support && margins < best_margins)) {
+        const uint64_t margins = max_before + max_after;
+        if (tensors.size() > best_support ||
+            (tensors.size() == best_support && best->den == den && margins < best_margins)) {
           best_support = tensors.size();
           best_margins = margins;
           best = p;

@@ -47,6 +47,26 @@ TEST(SlicePatternTest, LearnsTheRowFractionFromAFewTensorsOfDifferentSizes) {
   }
 }
 
+// The kernel's asynchronous readahead past a slice varies from tensor to
+// tensor (here 68 to 191 KiB): a fraction a little narrower than the reader's
+// own (rows 7/28..10/28 for 2/8..3/8) explains the same reads with margins
+// that vary less, and must not win over the simpler one.
+TEST(SlicePatternTest, LearnsTheReadersOwnFractionNotANarrowerNeighbour) {
+  // Reads of rank 2 of 8 as a mount saw them (bf16, hidden 2400).
+  const TensorSpan mlp{1000000, 1000000 + 23040000, 9600};
+  const TensorSpan attn1{50000000, 50000000 + 11520000, 4800};
+  const TensorSpan attn2{70000000, 70000000 + 11520000, 4800};
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  for (const SliceObservation& o : {SliceObservation{mlp, mlp.begin + 5693064, mlp.begin + 8707720},
+                                    SliceObservation{attn1, attn1.begin + 2811464, attn1.begin + 4511304},
+                                    SliceObservation{attn2, attn2.begin + 2811400, attn2.begin + 4503048}}) {
+    if (!learned) learned = learner.Observe(o);
+  }
+  ASSERT_TRUE(learned.has_value());
+  EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 2, .hi_num = 3, .den = 8})) << learned->ToString();
+}
+
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   SliceLearner learner;
   std::optional<SlicePattern> learned;

@@ -174,6 +174,28 @@ TEST_F(SliceReaderTest, StorageOrderSliceReaderFetchesOnlyItsWindowsOnceLearned)
   EXPECT_EQ(BytesOutside(reads, mark, {ByteRange{0, 1}}), BytesFrom(reads, mark)) << "sanity";
 }
 
+// Before the pattern is known, a memcpy of part of a tensor shows where it
+// ends (its last page is read second): what lies between is fetched, nothing
+// past it, so that learning costs little more than the slices read meanwhile.
+TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
+  for (uint64_t rank : {0u, 1u, 3u}) {
+    ControlledStore store(memory_, /*hold=*/false);
+    Metrics metrics;
+    ReadEngine engine(store, Options(), metrics);
+    std::vector<TensorSpan> tensors = Tensors(engine);
+    std::shuffle(tensors.begin(), tensors.end(), std::mt19937(5));
+    const size_t mark = store.reads().size();
+    const size_t learned_after = ReadUntilLearned(engine, tensors, rank, 4);
+    ASSERT_FALSE(engine.SlicePatterns().empty()) << "rank " << rank;
+    WaitIdle(store);
+    // Everything fetched, the tensors read while learning included, lies in
+    // the windows of the pattern (the slices and the kernel's read-around of
+    // each), give or take a page per tensor.
+    const uint64_t outside = BytesOutside(store.reads(), mark, Windows(engine, engine.SlicePatterns().front(), kPage));
+    EXPECT_LE(outside, learned_after * kPage) << "rank " << rank << ": " << outside << " bytes outside the windows";
+  }
+}
+
 TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
   ControlledStore store(memory_, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
