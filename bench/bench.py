@@ -694,6 +694,7 @@ class Bench:
                     seconds = out["end"] - out["start"]
                     limit = needed / (self.total_rate / world) + 2 * self.rtt
                     per_host.append({"rank": rank, "needed": needed, "fetched": stats.get("bytes_fetched"),
+                                     "kernel_read": stats.get("bytes_served"),
                                      "seconds": seconds, "limit_seconds": limit,
                                      "pct_link": 100.0 * (needed / (self.total_rate / world) + self.rtt) / seconds,
                                      "complete": bool(out.get("complete")), "peak_rss": peak_rss(proc.pid)})
@@ -1077,12 +1078,16 @@ def hosts_section(bench):
         lines.append(f"{r.name}: server sent {r.bytes_fetched / MiB:.1f} MiB = "
                      f"{r.extra['sent_over_checkpoint']:.2f}x the checkpoint"
                      + ("" if r.complete else " (partial)"))
-        lines.append("  host  needed MiB  fetched MiB  fetched/needed  seconds  bound s  % link share  RSS MiB")
+        lines.append("  host  needed MiB  kernel read MiB  fetched MiB  fetched/needed  fetched/read  seconds  "
+                     "bound s  % link share  RSS MiB")
         for h in r.extra["hosts"]:
             fetched = h["fetched"]
+            read = h.get("kernel_read")
             lines.append(f"  {h['rank']:>4}  {h['needed'] / MiB:>10.1f}  "
+                         f"{'-' if read is None else format(read / MiB, '.1f'):>15}  "
                          f"{'-' if fetched is None else format(fetched / MiB, '.1f'):>11}  "
                          f"{'-' if fetched is None else format(fetched / max(h['needed'], 1), '.3f'):>14}  "
+                         f"{'-' if fetched is None or not read else format(fetched / read, '.3f'):>12}  "
                          f"{h['seconds']:>7.2f}  {1.3 * h['limit_seconds']:>7.2f}  {h['pct_link']:>12.0f}  "
                          f"{'-' if h['peak_rss'] is None else format(h['peak_rss'] / MiB, '.0f'):>7}")
     return lines

@@ -268,6 +268,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
 
   // Record the touch of every tensor the read overlaps.
   bool last_page = false;
+  bool whole_end = false;
   const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
   for (size_t k = static_cast<size_t>(first); k < tensors.size() && tensors[k].begin < range.end(); ++k) {
     const TensorSpan& t = tensors[k];
@@ -305,6 +306,21 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     // at the end of a tensor grows from the middle; one at the start ends
     // short of the end, and the kernel's read-around reaching back from the
     // next tensor comes after it has stopped growing.
+    // The last page of a tensor read right after its first, nothing of it
+    // read in between: likely the start of a copy of the whole tensor (told
+    // for sure once the first touch grows; a reader of the first slice of the
+    // next tensor makes the same read), so this read's chunk comes whole.
+    if (k == static_cast<size_t>(first) && t.size() >= kCopyMin && it->first_read == state.clock &&
+        it->range.end() == t.end) {
+      int others = 0;
+      bool head = false;
+      for (const Touch& x : state.touches) {
+        if (x.tensor != static_cast<int>(k) || &x == &*it) continue;
+        ++others;
+        head = x.range.offset == t.begin && x.first_read + 2 >= state.clock && x.range.length <= kCopyTailMax;
+      }
+      whole_end = others == 1 && head;
+    }
     if (t.size() >= kCopyMin && whole_until_ <= now && it->grown_at == state.clock) {
       const Touch* tail = nullptr;
       for (const Touch& x : state.touches) {
@@ -411,6 +427,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
   if (now < whole_until_) return Mode::kWhole;
   // At a copy's likely last page, or past the end of a copy whose extent is
   // known: the kernel reading around it.
+  if (whole_end) return Mode::kWholeEnd;
   if (last_page) return Mode::kAround;
   for (const Touch& x : state.touches) {
     if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + kTouchGap || end < x.range.offset) continue;
@@ -771,7 +788,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
       std::vector<std::pair<ByteRange, ChunkKey>> pieces;
       if (cache_.Find(key) == nullptr) pieces = PiecesIn(state, chunk);
-      if (pieces.empty() && (mode == Mode::kWhole || cache_.Find(key) != nullptr)) {
+      const bool whole = mode == Mode::kWhole || mode == Mode::kWholeEnd;
+      if (pieces.empty() && (whole || cache_.Find(key) != nullptr)) {
         add(key, true, chunk);
         continue;
       }
@@ -781,7 +799,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       // kernel reading around a page near a tensor's edge: what the reader
       // needs of the tensors beyond that edge is not known yet).
       ByteRange want = part;
-      if (mode == Mode::kWhole) {
+      if (whole) {
         want = chunk;
       } else if (mode == Mode::kSlice) {
         // The windows the part falls in, within the chunk.
@@ -822,7 +840,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
     } else if (kernel_read && mode == Mode::kUnknown) {
       if (!spans_tensors) RampWithinTensor(state, op->range);
-    } else if (op->hints.prefetch && mode != Mode::kAround) {
+    } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
       UpdateStreams(state, first, last, op->range.end());
     }
     if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it

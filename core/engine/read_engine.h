@@ -155,8 +155,10 @@ class ReadEngine {
   // kNearSlice: just outside a slice reader's window (its kernel reading
   // around it); kAround: at a copy's likely last page, or past the end of a
   // copy whose extent is known (see Classify). Only the bytes read are
-  // fetched for either.
-  enum class Mode { kWhole, kSlice, kNearSlice, kAround, kUnknown };
+  // fetched for either. kWholeEnd: the last page of a tensor read right
+  // after its first, likely a whole-tensor copy: its chunks come whole,
+  // nothing more.
+  enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for kSettleReads reads, then taught to the learner.
   struct Touch {

@@ -196,6 +196,44 @@ TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
   }
 }
 
+// A loader copying whole tensors (the header parsed through mmap, then each
+// tensor copied: its first page, its last, the rest) is told from a slice
+// reader by its first copy, early enough that every chunk still comes in one
+// request: no pieces around its first reads (with the default head, and
+// chunks of a few MiB: the first reads' pages are then a small part of them).
+TEST_F(SliceReaderTest, WholeTensorCopiesFromTheFirstReadAreFetchedInWholeChunks) {
+  for (bool shuffled : {false, true}) {
+    ControlledStore store(memory_, /*hold=*/false);
+    Metrics metrics;
+    EngineOptions options = Options();
+    options.chunk_size = 4 << 20;
+    options.head_size = 256 << 10;
+    ReadEngine engine(store, options, metrics);
+    std::vector<TensorSpan> tensors = Tensors(engine);
+    if (shuffled) std::shuffle(tensors.begin(), tensors.end(), std::mt19937(3));
+    Read(engine, 0, kRead);  // the header, parsed from the mapping
+    for (const TensorSpan& t : tensors) {
+      for (const ByteRange& r : KernelReads(t.begin, t.end)) Read(engine, r.offset, r.length);
+    }
+    WaitIdle(store);
+    // In storage order every chunk comes in one request. A shuffled loader's
+    // first read may land next to a tensor boundary, where nothing is known
+    // yet: its pages come as a piece, fetched again with their chunk.
+    auto plan = engine.PlanOf(shard_.id());
+    const std::vector<RecordedRead> reads = store.reads();
+    size_t pieces = 0;
+    uint64_t bytes = 0;
+    for (const RecordedRead& r : reads) {
+      const ByteRange chunk = plan->Chunk(plan->ChunkAt(r.offset));
+      if (r.offset != chunk.offset || r.length != chunk.length) ++pieces;
+      bytes += r.length;
+    }
+    EXPECT_EQ(reads.size(), plan->size() + pieces) << "every chunk in one request";
+    EXPECT_LE(pieces, shuffled ? 1u : 0u) << (shuffled ? "shuffled" : "storage order");
+    EXPECT_LE(bytes, shard_.size + pieces * kRead);
+  }
+}
+
 TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
   ControlledStore store(memory_, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
