@@ -33,8 +33,8 @@ constexpr uint64_t kTouchGap = 64 << 10;
 constexpr uint64_t kWholeMemory = 4096;
 // Tensors at least this large are judged by how a reader copies them.
 constexpr uint64_t kCopyMin = 1 << 20;
-// The most the kernel reads around the last page of a copy (for the default
-// 128 KiB read-around, and a larger read_ahead's first reads).
+// The most the kernel reads around the first or last page of a copy (for the
+// default 128 KiB read-around, and a larger read_ahead's first reads).
 constexpr uint64_t kCopyTailMax = 512 << 10;
 // Windows of a slice pattern closer than this are fetched as one request.
 constexpr uint64_t kCoalesceGap = 64 << 10;
@@ -281,14 +281,17 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     if (it == state.touches.end()) {
       // A read of a tensor past where the reader is in it: likely a copy's
       // last page, read before the rest (see below).
-      if (k == static_cast<size_t>(first)) {
-        last_page = std::any_of(state.touches.begin(), state.touches.end(), [&](const Touch& x) {
-          return x.tensor == static_cast<int>(k) && x.range.end() <= begin;
-        });
+      uint64_t read_before = 0;
+      for (const Touch& x : state.touches) {
+        if (x.tensor == static_cast<int>(k) && x.range.end() <= begin) {
+          read_before = std::max(read_before, x.range.length);
+        }
       }
+      if (k == static_cast<size_t>(first)) last_page = read_before > 0;
       state.touches.push_back(
           Touch{static_cast<int>(k), ByteRange{begin, end - begin}, state.clock, state.clock, crossing, state.clock});
       it = std::prev(state.touches.end());
+      it->read_before = read_before;
     } else {
       const uint64_t b = std::min(begin, it->range.offset);
       const uint64_t e = std::max(end, it->range.end());
@@ -298,7 +301,10 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     // A copy (memcpy touches the first page of what it copies, then its last
     // page, then the rest from the start): the touch this read grew began
     // before the next touch of the tensor, a small one, appeared, and has
-    // grown since (maybe into it). The copy runs to the end of that touch.
+    // grown since (maybe into it), and was no more than the read-around of
+    // a first page when it did (else the later touch is the kernel reading
+    // around the start of the next tensor, and the growth its readahead
+    // arriving late). The copy runs to the end of that touch.
     // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
     // host's slice, before its pattern is known) the bytes in between are
     // fetched now and nothing past the copy is read ahead, so that learning
@@ -329,7 +335,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
           tail = &x;
         }
       }
-      if (tail != nullptr && tail->first_read > it->first_read &&
+      if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= kCopyTailMax &&
           tail->range.length <= std::max<uint64_t>(2 * range.length, kCopyTailMax)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);

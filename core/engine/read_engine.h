@@ -169,6 +169,7 @@ class ReadEngine {
     bool crossing = false;  // made by a read across a tensor boundary
     uint64_t grown_at = 0;  // the read that last made it larger
     uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
+    uint64_t read_before = 0;  // when it appeared: the largest touch of its tensor before it
   };
   // Part of a chunk fetched on its own (see "Readers").
   struct Piece {
