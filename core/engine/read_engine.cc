@@ -308,10 +308,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
     // host's slice, before its pattern is known) the bytes in between are
     // fetched now and nothing past the copy is read ahead, so that learning
-    // the pattern costs little more than the slices read meanwhile. A slice
-    // at the end of a tensor grows from the middle; one at the start ends
-    // short of the end, and the kernel's read-around reaching back from the
-    // next tensor comes after it has stopped growing.
+    // the pattern costs little more than the slices read meanwhile.
     // The last page of a tensor read right after its first, nothing of it
     // read in between: likely the start of a copy of the whole tensor (told
     // for sure once the first touch grows; a reader of the first slice of the
@@ -319,13 +316,14 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     if (k == static_cast<size_t>(first) && t.size() >= kCopyMin && it->first_read == state.clock &&
         it->range.end() == t.end) {
       int others = 0;
-      bool head = false;
+      const Touch* head = nullptr;
       for (const Touch& x : state.touches) {
         if (x.tensor != static_cast<int>(k) || &x == &*it) continue;
         ++others;
-        head = x.range.offset == t.begin && x.first_read + 2 >= state.clock && x.range.length <= kCopyTailMax;
+        head = &x;
       }
-      whole_end = others == 1 && head;
+      whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= state.clock &&
+                  head->range.length <= kCopyTailMax;
     }
     if (t.size() >= kCopyMin && whole_until_ <= now && it->grown_at == state.clock) {
       const Touch* tail = nullptr;
