@@ -22,6 +22,9 @@ uint64_t SegmentAt(const TensorTransform& t, int part, uint64_t offset) {
   return offset / t.PartBytes(part, t.segment_elements());
 }
 
+// The prefetch window is topped up in steps of 1/kRefillSteps of it.
+constexpr uint64_t kRefillSteps = 8;
+
 }  // namespace
 
 // One read in progress: a slot per piece, filled as they arrive.
@@ -154,35 +157,47 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
       }
     }
   }
-  MaybePrefetch(*file, end);
+  MaybePrefetch(*file, offset, end);
   gather->Arrive();  // the extra count: every piece is issued
 }
 
-void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_end) {
+void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64_t read_end) {
   file.read_started.store(true);
+  file.bytes_read.fetch_add(read_end - read_begin);
   // A read within the header (a loader listing the tensors) calls for no data.
   const std::vector<Extent>& extents = file.extents();
   if (!extents.empty() && extents[0].kind == Extent::Kind::kBytes && read_end <= extents[0].length) return;
-  const bool continues = file.next != nullptr && file.previous != nullptr && file.previous->read_started.load();
+  // A reader going through the files in order: one that read the file before
+  // this one, or one that has read half of the first file (layer loaders start
+  // with the embedding; running on then keeps the link busy while the reader
+  // copies the rest; a reader of the first file alone costs a window). Counted
+  // in bytes read, not by offset: a copy reads its last page early.
+  const bool continues =
+      file.next != nullptr &&
+      (file.previous != nullptr ? file.previous->read_started.load() : file.bytes_read.load() >= file.size() / 2);
   // Source bytes per byte of this file: the window is counted in source bytes
-  // (what the link carries), refilled once half of it has been consumed.
+  // (what the link carries) and topped up each time the reader has consumed
+  // an eighth of it. (Topped up at half, the requests of half a window went
+  // out together, shared the link, ended together, and the link idled while
+  // the reader caught up.)
   const double ratio = file.size() == 0 ? 0 : static_cast<double>(file.source_bytes()) / file.size();
-  const auto half_window = static_cast<uint64_t>(window_ / 2 / std::max(ratio, 1e-6));
+  const auto window = static_cast<uint64_t>(window_ / std::max(ratio, 1e-6));  // in bytes of this file
+  const uint64_t step = window / kRefillSteps;
   MutexLock lock(prefetch_mu_);
   const uint64_t to = file.prefetched_to.load();
   if (to < file.size()) {
-    if (to > read_end && to - read_end > half_window) return;
+    if (to > read_end && to - read_end > window - step) return;
   } else if (!continues) {
     return;
-  } else if (const uint64_t at = file.continued_at.load(); at != ViewFile::kNever && read_end < at + half_window) {
+  } else if (const uint64_t at = file.continued_at.load(); at != ViewFile::kNever && read_end < at + step) {
     return;  // ran on recently
   }
   uint64_t budget = window_;
   const uint64_t reached = PrefetchSources(file, read_end, budget);
   file.prefetched_to.store(std::max(to, reached));
   if (reached < file.size() || !continues) return;
-  // A reader going through the files in order: the window runs on into the
-  // next ones (from their start: what is cached or coming costs nothing).
+  // The window runs on into the next files (from their start: what is cached
+  // or coming costs nothing).
   file.continued_at.store(read_end);
   for (const ViewFile* next = file.next; next != nullptr && budget > 0; next = next->next) {
     const uint64_t next_reached = PrefetchSources(*next, 0, budget);

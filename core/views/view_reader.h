@@ -10,10 +10,12 @@
 //          thread that delivered the source bytes, then cached
 //     -> done(pieces) once all are in, in file order.
 //   Prefetch: a reader past a file's header gets the sources of the next
-//   prefetch_window bytes of the file requested ahead of it. When the file
-//   before this one in its directory's order was read too (a loader going
+//   prefetch_window bytes of the file requested ahead of it, topped up as it
+//   reads. When the file before this one in its directory's order was read
+//   too, or half of the directory's first file has been read (a loader going
 //   through the layers one after another), the window runs on into the
-//   following files; a file read on its own fetches only its own sources.
+//   following files; any other file read on its own fetches only its own
+//   sources.
 //
 // Thread-safety: all methods may be called concurrently. prefetch_mu_ is taken
 // before the engine's mutex (see core/util/thread_annotations.h).
@@ -41,8 +43,8 @@ class ViewReader {
 
  private:
   struct Gather;
-  void ReadTransform(const std::shared_ptr<Gather>& gather, const Extent& extent, uint64_t begin, uint64_t end);
-  void MaybePrefetch(const ViewFile& file, uint64_t read_end) EXCLUDES(prefetch_mu_);
+  // Called with every read of `file`, [read_begin, read_end).
+  void MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64_t read_end) EXCLUDES(prefetch_mu_);
   // Requests the sources of `file` from view offset `from` on, up to
   // `source_budget` source bytes, which it lowers by what it requested;
   // returns the view offset reached.

@@ -13,6 +13,7 @@
 #include "core/views/quantize.h"
 #include "core/vfs/namespace.h"
 #include "tests/support/checkpoint_gen.h"
+#include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
@@ -32,13 +33,13 @@ std::vector<std::string> Names(const std::vector<DirEntry>& entries) {
 class ViewsTest : public ::testing::Test {
  protected:
   void Mount(std::vector<ViewKind> kinds = {kAllViews.begin(), kAllViews.end()}, uint64_t segment_bytes = 4 << 20) {
-    engine_ = std::make_unique<ReadEngine>(store_,
+    engine_ = std::make_unique<ReadEngine>(recorded_,
                                            EngineOptions{.chunk_size = 64 << 10, .cache_size = 64 << 20,
                                                          .max_fetches = 4, .prefetch_window = 1 << 20,
                                                          .head_size = 128 << 10},
                                            metrics_);
     ns_ = std::make_unique<Namespace>(
-        store_, *engine_,
+        recorded_, *engine_,
         ViewOptions{.kinds = std::move(kinds),
                     .grouper = std::make_shared<const LayerGrouper>(*LayerGrouper::Create("")),
                     .prefetch_window = 1 << 20,
@@ -66,15 +67,58 @@ class ViewsTest : public ::testing::Test {
 
   StatusOr<std::string> ReadAll(NodeId id) {
     ASSIGN_OR_RETURN(NodeAttr attr, ns_->GetAttr(id));
+    ASSIGN_OR_RETURN(std::string out, ReadRange(id, 0, attr.size));
+    if (out.size() != attr.size) return InternalError("read " + std::to_string(out.size()) + " bytes");
+    return out;
+  }
+
+  // Bytes [begin, end) of `id`, read 128 KiB at a time as the kernel does.
+  StatusOr<std::string> ReadRange(NodeId id, uint64_t begin, uint64_t end) {
     std::string out;
-    for (uint64_t off = 0; off < attr.size; off += 128 << 10) {
+    for (uint64_t off = begin; off < end; off += 128 << 10) {
       std::promise<StatusOr<ReadResult>> result;
-      ns_->Read(id, off, 128 << 10, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
+      ns_->Read(id, off, std::min<uint64_t>(128 << 10, end - off),
+                [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
       ASSIGN_OR_RETURN(ReadResult r, result.get_future().get());
       for (auto p : r.pieces) out.append(reinterpret_cast<const char*>(p.data()), p.size());
     }
-    if (out.size() != attr.size) return InternalError("read " + std::to_string(out.size()) + " bytes");
     return out;
+  }
+
+  // Waits until no fetch has started or run for 100 ms.
+  void WaitIdle() {
+    size_t seen = recorded_.reads().size();
+    for (int quiet = 0; quiet < 10;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const size_t now = recorded_.reads().size();
+      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
+      seen = now;
+    }
+  }
+
+  // The bytes of the only shard of `plan` that hold the tensors named
+  // `prefix`*: one run in storage order.
+  static ByteRange SourceOf(const testing::CheckpointPlan& plan, std::string_view prefix) {
+    const testing::ShardPlan& shard = plan.shards.at(0);
+    uint64_t begin = ~uint64_t{0};
+    uint64_t end = 0;
+    for (const TensorInfo& t : shard.tensors) {
+      if (!t.name.starts_with(prefix)) continue;
+      begin = std::min<uint64_t>(begin, shard.header.size() + t.begin);
+      end = std::max<uint64_t>(end, shard.header.size() + t.end);
+    }
+    return ByteRange{begin, end - begin};
+  }
+
+  // The largest end of the shard's bytes fetched so far within `range`.
+  uint64_t FetchedEndWithin(ByteRange range) const {
+    uint64_t end = range.offset;
+    for (const testing::RecordedRead& r : recorded_.reads()) {
+      if (r.offset < range.end() && r.offset + r.length > range.offset) {
+        end = std::max(end, std::min(r.offset + r.length, range.end()));
+      }
+    }
+    return end;
   }
 
   // Tensor name -> bytes of a view file, after checking it is valid.
@@ -94,6 +138,7 @@ class ViewsTest : public ::testing::Test {
   }
 
   testing::MemoryStore store_;
+  testing::ControlledStore recorded_{store_, /*hold=*/false};  // records what is fetched
   Metrics metrics_;
   std::unique_ptr<ReadEngine> engine_;
   std::unique_ptr<Namespace> ns_;
@@ -283,6 +328,55 @@ TEST_F(ViewsTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
     ns_.reset();
     engine_.reset();
   }
+}
+
+// A loader going through the layer files (AirLLM, RabbitLLM) starts with the
+// embedding: once half of that file is read, the window runs on into the next
+// layer, so the link stays busy while the loader copies the rest. Before, the
+// next layer came only when its file was opened.
+TEST_F(ViewsTest, FirstLayerFileHalfReadRunsOnIntoTheNextLayer) {
+  const testing::CheckpointPlan plan = Put({.layers = 4, .hidden = 256, .intermediate = 512, .vocab = 512}, 1);
+  Mount({ViewKind::kSplit});
+  ASSERT_TRUE(ns_->ReadDir(Path("m/splitted_model")).ok());
+  const NodeId embed = Path("m/splitted_model/model.embed_tokens.safetensors");
+  const uint64_t size = ns_->GetAttr(embed)->size;
+  const ByteRange layer0 = SourceOf(plan, "model.layers.0.");
+
+  ASSERT_TRUE(ReadRange(embed, 0, size / 4).ok());
+  WaitIdle();
+  EXPECT_EQ(FetchedEndWithin(layer0), layer0.offset) << "a quarter read fetched layer 0";
+
+  ASSERT_TRUE(ReadRange(embed, size / 4, size * 3 / 4).ok());
+  WaitIdle();
+  const uint64_t window = 1 << 20;  // ViewOptions::prefetch_window in Mount()
+  EXPECT_GE(FetchedEndWithin(layer0), layer0.offset + window / 2) << "half read: layer 0 is not on its way";
+}
+
+// The window ahead of a reader of a layer file is topped up as it reads, not
+// once half of it is consumed: requests then go out a few at a time instead of
+// half a window at once that all end together while the link idles.
+TEST_F(ViewsTest, LayerFileReaderKeepsMostOfTheWindowRequested) {
+  const testing::CheckpointPlan plan = Put({.layers = 3, .hidden = 256, .intermediate = 2048, .vocab = 256}, 1);
+  Mount({ViewKind::kSplit});
+  ASSERT_TRUE(ns_->ReadDir(Path("m/splitted_model")).ok());
+  const NodeId layer = Path("m/splitted_model/model.layers.1.safetensors");
+  const uint64_t size = ns_->GetAttr(layer)->size;
+  const ByteRange source = SourceOf(plan, "model.layers.1.");
+  const uint64_t header = size - source.length;  // the layer file is its header, then its source bytes in order
+  const uint64_t window = 1 << 20;                // ViewOptions::prefetch_window in Mount()
+  ASSERT_GT(source.length, 4 * window);
+
+  // Looked at every 384 KiB read (three kernel reads), out of step with any
+  // refill period that is a power of two.
+  const uint64_t step = 3 * (128 << 10);
+  uint64_t least_ahead = window;
+  for (uint64_t at = header; at + step < size - window; at += step) {
+    ASSERT_TRUE(ReadRange(layer, at, at + step).ok());
+    WaitIdle();
+    const uint64_t read_to = source.offset + (at + step - header);
+    least_ahead = std::min(least_ahead, FetchedEndWithin(source) - read_to);
+  }
+  EXPECT_GE(least_ahead, window * 3 / 4);
 }
 
 TEST_F(ViewsTest, CorruptShardBreaksOnlyTheFilesThatNeedIt) {
