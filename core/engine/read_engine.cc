@@ -620,7 +620,10 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
                              [](const Stream& a, const Stream& b) { return a.age < b.age; });
       *s = fresh;
     }
-    if (state.far_jumps >= kSweepAfterJumps && !state.sweep) {
+    // The reader of the file before this one, come here to read it out of
+    // order, is known at its first jump (waiting for three left the link to
+    // one chunk at a time at each new shard).
+    if (state.far_jumps >= (state.continued ? 1 : kSweepAfterJumps) && !state.sweep) {
       state.sweep = true;
       spdlog::debug("{}: read out of order; prefetching it whole in storage order", state.info.name);
     }
@@ -674,6 +677,7 @@ void ReadEngine::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
 
 void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
   const ChunkPlan& plan = *state.plan;
+  state.continued = true;
   // The stream the predecessor's reader will continue in.
   auto it = std::find_if(state.streams.begin(), state.streams.end(), [](const Stream& st) { return st.start == 0; });
   if (it == state.streams.end()) {

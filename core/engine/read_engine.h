@@ -14,7 +14,9 @@
 //   - whole-tensor readers (a tensor read from end to end, or nearly): the rest
 //     of each tensor touched, the next chunks in storage order for a reader
 //     moving forward, the whole object in storage order once readers jump
-//     around in it, the start of the next shard near the end of one;
+//     around in it (three jumps, or one in a shard whose start was prefetched
+//     for the reader of the shard before), the start of the next shard near
+//     the end of one;
 //   - slice readers (one host of a sharded job: the same fraction of rows of
 //     every tensor, see slice_pattern.h): once a few tensors show the fraction,
 //     reads inside a tensor's window of it fetch that window only, and the
@@ -208,6 +210,7 @@ class ReadEngine {
     int sweep_in_flight = 0;
     std::optional<ObjectInfo> successor;  // see SetReadOrder
     uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
+    bool continued = false;       // its start was prefetched for the reader of the file before it
     // Prefetch() calls made before the plan was known: range, within.
     std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
     std::vector<Touch> touches;                // recent reads of tensors, by any reader

@@ -247,6 +247,32 @@ TEST_F(ReadEngineTest, FarJumpFetchesOnlyTheTensorItLandsIn) {
   }
 }
 
+// A loader reading the shards one after another, each in its own order (W2):
+// its first jump in the next shard, whose start was prefetched for it, shows it
+// reads that one out of order too, and the shard comes whole, in storage order.
+TEST_F(ReadEngineTest, ReaderComingToTheNextShardOutOfOrderGetsItWholeAtItsFirstJump) {
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, SmallOptions(), metrics_);
+  const ObjectInfo second = *memory_.Stat("model-00002-of-00002.safetensors");
+  engine.SetReadOrder({shard_, second});
+  for (uint64_t off = 0; off < shard_.size; off += 128 << 10) ASSERT_TRUE(ReadSync(engine, shard_, off, 128 << 10).ok());
+  WaitIdle(store);
+
+  auto header = ParseSafetensorsFile(second.name, std::as_bytes(std::span(Source(second))));
+  ASSERT_TRUE(header.ok());
+  const TensorInfo& last = *std::max_element(header->tensors.begin(), header->tensors.end(),
+                                             [](const TensorInfo& a, const TensorInfo& b) { return a.begin < b.begin; });
+  const uint64_t begin = header->data_start() + last.begin;
+  ASSERT_GT(begin, 2 * SmallOptions().prefetch_window) << "the last tensor must lie past what was prefetched";
+  ASSERT_TRUE(ReadSync(engine, second, begin, 4096).ok());
+  WaitIdle(store);
+
+  uint64_t fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.object == second.name ? r.length : 0;
+  EXPECT_EQ(fetched, second.size);
+  ExpectNoByteFetchedTwice(store.reads(), second.name);
+}
+
 TEST_F(ReadEngineTest, ConsumedChunksAreEvictedFirst) {
   ControlledStore store(memory_, /*hold=*/false);
   // Room for 3 chunks of 64 KiB; no prefetch beyond the tensor.
