@@ -333,8 +333,12 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
           tail = &x;
         }
       }
+      // A later touch at a known slice reader's window is that reader's first
+      // page, not a copy's last (the first touch was then the kernel reading
+      // around the header, its readahead arriving late).
       if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= kCopyTailMax &&
-          tail->range.length <= std::max<uint64_t>(2 * range.length, kCopyTailMax)) {
+          tail->range.length <= std::max<uint64_t>(2 * range.length, kCopyTailMax) &&
+          !NearKnownWindow(state, k, tail->range)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
           whole_until_ = now + kWholeMemory;
@@ -442,14 +446,22 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
     for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
-      const ByteRange w = WindowOf(state, p.pattern, j);
-      if (range.offset < w.end() + kNearWindow && range.end() + kNearWindow > w.offset) {
+      if (IsNear(WindowOf(state, p.pattern, j), range)) {
         *pattern = &p;
         return Mode::kNearSlice;
       }
     }
   }
   return Mode::kUnknown;
+}
+
+bool ReadEngine::IsNear(ByteRange window, ByteRange range) {
+  return range.offset < window.end() + kNearWindow && range.end() + kNearWindow > window.offset;
+}
+
+bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const {
+  return std::any_of(patterns_.begin(), patterns_.end(),
+                     [&](const ActivePattern& p) { return IsNear(WindowOf(state, p.pattern, index), range); });
 }
 
 ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {

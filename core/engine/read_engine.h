@@ -258,6 +258,11 @@ class ReadEngine {
       REQUIRES(mu_);
   // The window of `pattern` in tensor `index` of `state`'s object.
   ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
+  // Whether `range` lies within kNearWindow of `window` (a slice reader's
+  // kernel reading around its slice).
+  static bool IsNear(ByteRange window, ByteRange range);
+  // Whether `range` of tensor `index` is near a known pattern's window of it.
+  bool NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const REQUIRES(mu_);
   // Prefetches windows of `pattern` (id) in `state`'s object, starting at
   // tensor `from` if the sweep is new, up to prefetch_window bytes in flight.
   void TopUpSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);

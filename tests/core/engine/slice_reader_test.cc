@@ -23,6 +23,7 @@ using testing::RecordedRead;
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kRead = 128 << 10;  // the kernel's read size (default readahead)
+constexpr uint64_t kNearWindowSlack = 512 << 10;  // reads this close to a window are its reader's
 
 class SliceReaderTest : public ::testing::Test {
  protected:
@@ -354,6 +355,29 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
   }
   WaitIdle(store);
   EXPECT_EQ(store.reads().size(), mark) << "nothing more to fetch";
+}
+
+// The kernel's readahead around the header reaches the first tensor's start
+// late, after a reader of a known slice touched its window in that tensor: the
+// first touch growing then is no memcpy coming back to a copy's start, and
+// nothing between the two is fetched.
+TEST_F(SliceReaderTest, HeaderReadaheadArrivingLateIsNoCopyUpToTheSlice) {
+  ControlledStore store(memory_, /*hold=*/false);
+  EngineOptions options = Options();
+  options.shard_rank = 2;
+  options.shard_world = 4;
+  ReadEngine engine(store, options, metrics_);
+  const std::vector<TensorSpan> tensors = Tensors(engine);
+  const TensorSpan& t = tensors[0];
+  const ByteRange slice = Rows(t, 2, 4);
+  ASSERT_GT(slice.offset, t.begin + (2 << 20)) << "the slice must lie well past the tensor's start";
+  Read(engine, 0, kRead);                                          // the header, read around into the tensor
+  Read(engine, (slice.offset - kRead / 2) & ~(kPage - 1), kRead);  // the slice's first page, read around
+  Read(engine, kRead, kRead);                                      // the header's readahead, late
+  WaitIdle(store);
+  std::vector<ByteRange> allowed = Windows(engine, SlicePattern::Shard(2, 4), kNearWindowSlack);
+  allowed.push_back(ByteRange{0, 1 << 20});  // the reads at the start and their read-ahead
+  EXPECT_EQ(BytesOutside(store.reads(), 0, allowed), 0u);
 }
 
 TEST_F(SliceReaderTest, ShardOutOfRangeIsRefusedWithTheRightForm) {
