@@ -137,11 +137,10 @@ class ViewFile {
   const ViewFile* previous = nullptr;
   const ViewFile* next = nullptr;
   // Prefetch bookkeeping (ViewReader): how far this file's sources have been
-  // requested, whether anyone has read it and how many bytes.
+  // requested, and how many bytes of it have been read (0: never read).
   mutable std::atomic<uint64_t> prefetched_to{0};
   static constexpr uint64_t kNever = ~uint64_t{0};
   mutable std::atomic<uint64_t> continued_at{kNever};  // read offset when the window last ran on
-  mutable std::atomic<bool> read_started{false};
   mutable std::atomic<uint64_t> bytes_read{0};
 
  private:

@@ -162,7 +162,6 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
 }
 
 void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64_t read_end) {
-  file.read_started.store(true);
   file.bytes_read.fetch_add(read_end - read_begin);
   // A read within the header (a loader listing the tensors) calls for no data.
   const std::vector<Extent>& extents = file.extents();
@@ -174,7 +173,7 @@ void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64
   // in bytes read, not by offset: a copy reads its last page early.
   const bool continues =
       file.next != nullptr &&
-      (file.previous != nullptr ? file.previous->read_started.load() : file.bytes_read.load() >= file.size() / 2);
+      (file.previous != nullptr ? file.previous->bytes_read.load() > 0 : file.bytes_read.load() >= file.size() / 2);
   // Source bytes per byte of this file: the window is counted in source bytes
   // (what the link carries) and topped up each time the reader has consumed
   // an eighth of it. (Topped up at half, the requests of half a window went

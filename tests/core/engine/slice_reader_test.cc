@@ -44,6 +44,13 @@ class SliceReaderTest : public ::testing::Test {
     return EngineOptions{.chunk_size = 1 << 20, .cache_size = 256 << 20, .max_fetches = 4,
                          .prefetch_window = 16 << 20, .head_size = 64 << 10};
   }
+  // Options() with -o shard=rank/world.
+  EngineOptions ShardOptions(uint64_t rank, uint64_t world) const {
+    EngineOptions options = Options();
+    options.shard_rank = rank;
+    options.shard_world = world;
+    return options;
+  }
 
   // Reads [offset, offset + size) and checks the bytes.
   void Read(ReadEngine& engine, uint64_t offset, uint64_t size) {
@@ -323,10 +330,7 @@ TEST_F(SliceReaderTest, TwoRanksOnOneMountEachGetTheirOwnWindows) {
 
 TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) {
   ControlledStore store(memory_, /*hold=*/false);
-  EngineOptions options = Options();
-  options.shard_rank = 3;
-  options.shard_world = 4;
-  ReadEngine engine(store, options, metrics_);
+  ReadEngine engine(store, ShardOptions(3, 4), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   const SlicePattern pattern = SlicePattern::Shard(3, 4);
   ASSERT_EQ(engine.SlicePatterns().size(), 1u);
@@ -363,10 +367,7 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
 // nothing between the two is fetched.
 TEST_F(SliceReaderTest, HeaderReadaheadArrivingLateIsNoCopyUpToTheSlice) {
   ControlledStore store(memory_, /*hold=*/false);
-  EngineOptions options = Options();
-  options.shard_rank = 2;
-  options.shard_world = 4;
-  ReadEngine engine(store, options, metrics_);
+  ReadEngine engine(store, ShardOptions(2, 4), metrics_);
   const std::vector<TensorSpan> tensors = Tensors(engine);
   const TensorSpan& t = tensors[0];
   const ByteRange slice = Rows(t, 2, 4);
@@ -381,10 +382,7 @@ TEST_F(SliceReaderTest, HeaderReadaheadArrivingLateIsNoCopyUpToTheSlice) {
 }
 
 TEST_F(SliceReaderTest, ShardOutOfRangeIsRefusedWithTheRightForm) {
-  EngineOptions options = Options();
-  options.shard_rank = 4;
-  options.shard_world = 4;
-  Status s = options.Validate();
+  Status s = ShardOptions(4, 4).Validate();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("shard=R/N"), std::string::npos) << s.message();
 }
