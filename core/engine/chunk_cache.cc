@@ -58,9 +58,9 @@ void ChunkCache::Touch(const ChunkKey& key) {
   list.splice(list.end(), list, e->position);
 }
 
-void ChunkCache::MarkDelivered(const ChunkKey& key, ByteRange part) {
+std::optional<ByteRange> ChunkCache::MarkDelivered(const ChunkKey& key, ByteRange part) {
   Entry* e = Find(key);
-  if (e == nullptr || e->list != Entry::List::kReady || part.empty()) return;
+  if (e == nullptr || e->list != Entry::List::kReady || part.empty()) return std::nullopt;
   uint64_t first = (part.offset - e->range.offset) / kPage;
   uint64_t last = (part.end() - 1 - e->range.offset) / kPage;
   for (uint64_t p = first; p <= last; ++p) {
@@ -70,17 +70,25 @@ void ChunkCache::MarkDelivered(const ChunkKey& key, ByteRange part) {
       ++e->delivered_pages;
     }
   }
-  if (e->delivered_pages == (e->range.length + kPage - 1) / kPage) {
-    ready_.erase(e->position);
-    e->list = Entry::List::kConsumed;
-    e->position = consumed_.insert(consumed_.end(), key);
-  }
+  if (e->delivered_pages < (e->range.length + kPage - 1) / kPage) return std::nullopt;
+  ready_.erase(e->position);
+  e->list = Entry::List::kConsumed;
+  e->position = consumed_.insert(consumed_.end(), key);
+  consumed_bytes_ += e->range.length;
+  const ByteRange range = e->range;
+  while (consumed_bytes_ > consumed_limit_) Evict(consumed_.front());
+  return range;
 }
 
 void ChunkCache::Evict(const ChunkKey& key) {
   auto it = entries_.find(key);
   TENSORFS_CHECK(it != entries_.end() && it->second.list != Entry::List::kNone);
-  (it->second.list == Entry::List::kReady ? ready_ : consumed_).erase(it->second.position);
+  if (it->second.list == Entry::List::kConsumed) {
+    consumed_.erase(it->second.position);
+    consumed_bytes_ -= it->second.range.length;
+  } else {
+    ready_.erase(it->second.position);
+  }
   Charge(-static_cast<int64_t>(it->second.range.length));
   entries_.erase(it);
   metrics_.cache_evictions.fetch_add(1, std::memory_order_relaxed);

@@ -5,9 +5,14 @@
 // so concurrent requests for one chunk share one fetch) or ready (its bytes are
 // published as shared_ptr<const Chunk>: eviction only drops the cache's
 // reference, never bytes a reply still uses). Ready chunks whose every page has
-// been delivered to the kernel (which now caches them itself) are evicted
-// first, least recently used first; then other ready chunks, LRU. Loading
-// chunks are never evicted. Keys include the object generation.
+// been delivered to the kernel (which now caches them itself) are consumed:
+// they are evicted first, least recently used first, and at most
+// `consumed_limit` bytes of them are kept at all (past it the oldest go at
+// once, so that a reader streaming through a checkpoint holds a window of it,
+// not a second copy of what the page cache has, and fetches reuse the buffers
+// of the chunks it is done with instead of mapping fresh memory); then other
+// ready chunks, LRU. Loading chunks are never evicted. Keys include the object
+// generation.
 //
 // Thread-safety: none of its own; ReadEngine calls it with its mutex held.
 #ifndef TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
@@ -18,6 +23,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/engine/chunk.h"
@@ -49,10 +55,12 @@ class ChunkCache {
     std::list<ChunkKey>::iterator position;
   };
 
-  ChunkCache(uint64_t capacity, Metrics& metrics) : capacity_(capacity), metrics_(metrics) {}
+  ChunkCache(uint64_t capacity, uint64_t consumed_limit, Metrics& metrics)
+      : capacity_(capacity), consumed_limit_(consumed_limit), metrics_(metrics) {}
 
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const { return used_; }
+  uint64_t consumed_bytes() const { return consumed_bytes_; }
 
   Entry* Find(const ChunkKey& key);
   // Makes room for `bytes` more: evicts consumed chunks, then (if
@@ -66,16 +74,20 @@ class ChunkCache {
   std::vector<ChunkWaiter> Fail(const ChunkKey& key);
   // A read used the chunk: most recently used.
   void Touch(const ChunkKey& key);
-  // Bytes `part` (file offsets, within the chunk) went to the kernel.
-  void MarkDelivered(const ChunkKey& key, ByteRange part);
+  // Bytes `part` (file offsets, within the chunk) went to the kernel. When that
+  // made the entry consumed, returns its range (the entry, or older consumed
+  // ones, may have been evicted to stay within consumed_limit).
+  std::optional<ByteRange> MarkDelivered(const ChunkKey& key, ByteRange part);
 
  private:
   void Evict(const ChunkKey& key);
   void Charge(int64_t bytes);
 
   const uint64_t capacity_;
+  const uint64_t consumed_limit_;
   Metrics& metrics_;
   uint64_t used_ = 0;
+  uint64_t consumed_bytes_ = 0;  // of the chunks in consumed_
   std::map<ChunkKey, Entry> entries_;
   std::list<ChunkKey> ready_;     // LRU order: front is least recent
   std::list<ChunkKey> consumed_;  // LRU order: front is least recent

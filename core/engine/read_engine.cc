@@ -99,7 +99,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       metrics_(metrics),
       pool_(pool != nullptr ? std::move(pool)
                             : std::make_shared<BufferPool>(BufferPool::Options::ForCache(options.cache_size))),
-      cache_(options.cache_size, metrics) {
+      cache_(options.cache_size, options.consumed_keep, metrics) {
   if (options_.shard_world > 0) {
     patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world)});
   }
@@ -177,6 +177,7 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
 bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
   const ChunkKey key{state.info.id(), index};
   const ByteRange range = state.plan->Chunk(index);
+  if (prefetch && Given(state, range)) return true;
   if (cache_.Find(key) == nullptr) {
     uint64_t in_pieces = 0;
     for (const auto& [piece, piece_key] : PiecesIn(state, range)) in_pieces += piece.length;
@@ -455,6 +456,24 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
   return Mode::kUnknown;
 }
 
+bool ReadEngine::Given(const ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  return it != state.given.begin() && std::prev(it)->second >= range.end();
+}
+
+void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
+  uint64_t begin = range.offset;
+  uint64_t end = range.end();
+  auto it = state.given.upper_bound(begin);
+  if (it != state.given.begin() && std::prev(it)->second >= begin) --it;
+  while (it != state.given.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = state.given.erase(it);
+  }
+  state.given.emplace(begin, end);
+}
+
 bool ReadEngine::IsNear(ByteRange window, ByteRange range) {
   return range.offset < window.end() + kNearWindow && range.end() + kNearWindow > window.offset;
 }
@@ -500,6 +519,7 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
       const ByteRange chunk = plan.Chunk(c);
       const uint64_t b = std::max(chunk.offset, run.offset);
       const uint64_t e = std::min(chunk.end(), run.end());
+      if (Given(state, ByteRange{b, e - b})) continue;
       room = RequestGaps(state, ByteRange{b, e - b}, /*prefetch=*/true, options_.chunk_size, id) >= 0;
     }
     if (!room) return;  // the cache is full: the next read tops up again
@@ -566,7 +586,7 @@ void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
   for (uint64_t at = range.offset; at < range.end();) {
     const size_t c = plan.ChunkAt(at);
     const uint64_t e = std::min(range.end(), plan.Chunk(c).end());
-    if (cache_.Find(ChunkKey{state.info.id(), c}) == nullptr &&
+    if (cache_.Find(ChunkKey{state.info.id(), c}) == nullptr && !Given(state, ByteRange{at, e - at}) &&
         RequestGaps(state, ByteRange{at, e - at}, /*prefetch=*/true, piece) < 0) {
       return;
     }
@@ -751,6 +771,12 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     Mode mode = Mode::kWhole;
     const ActivePattern* pattern = nullptr;
     uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
+    // The kernel reading bytes it was given has dropped them: what else it was
+    // given may be gone too, so prefetches no longer skip it.
+    if (op->hints.prefetch && !op->hints.within && !state.given.empty()) {
+      auto it = state.given.upper_bound(op->range.end() - 1);
+      if (it != state.given.begin() && std::prev(it)->second > op->range.offset) state.given.clear();
+    }
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
     if (kernel_read) mode = Classify(state, op->range, &pattern, &copy_end);
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
@@ -942,7 +968,12 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
   TENSORFS_CHECK(cursor == op->range.end());
   if (op->hints.delivered) {
     MutexLock lock(mu_);
-    for (size_t i = 0; i < parts.size(); ++i) cache_.MarkDelivered(op->keys[i], parts[i]);
+    // The kernel's own reads of the file record what it was given.
+    auto state = op->hints.prefetch && !op->hints.within ? objects_.find(op->object) : objects_.end();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->keys[i], parts[i]);
+      if (consumed && state != objects_.end()) AddGiven(state->second, *consumed);
+    }
   }
   if (op->hints.prefetch) {  // a kernel read; views count their own reads
     metrics_.read_requests.fetch_add(1, std::memory_order_relaxed);

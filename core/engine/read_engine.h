@@ -75,6 +75,10 @@ struct EngineOptions {
   int max_fetches = 32;                    // range requests in flight at once
   uint64_t prefetch_window = 256ull << 20;  // bytes fetched ahead of a sequential reader
   uint64_t head_size = 256ull << 10;       // first request of a .safetensors object
+  // Chunks the kernel has received in full (it caches them itself) are kept up
+  // to this many bytes, for re-reads through other files; older ones are
+  // evicted at once, and their buffers serve the next fetches.
+  uint64_t consumed_keep = 128ull << 20;
   // -o shard=R/N: this process reads dim-0 slice R of N of every tensor; its
   // windows are prefetched from the first read on. world 0: learn from reads.
   uint64_t shard_rank = 0;
@@ -217,6 +221,10 @@ class ReadEngine {
     std::map<uint64_t, Piece> pieces;          // by first byte
     std::map<int, SliceSweep> slice_sweeps;    // by pattern id
     std::vector<int> pending_sweeps;           // pattern ids to sweep once the plan is known
+    // Bytes of this file the kernel received in full, as whole cache entries
+    // (begin -> end, merged): prefetches made for its own readers skip them,
+    // cached or not. Forgotten once the kernel reads any of them again.
+    std::map<uint64_t, uint64_t> given;
   };
   struct Job {
     ObjectId object;  // what to read (key.object names an edge piece's own key)
@@ -229,8 +237,9 @@ class ReadEngine {
 
   ObjectState& StateOf(const ObjectInfo& object) REQUIRES(mu_);
   void StartHead(ObjectState& state, bool prefetch) REQUIRES(mu_);
-  // Requests chunk `index` (if not cached or loading). Prefetches give up when
-  // the cache has no room; returns whether the chunk is cached or coming.
+  // Requests chunk `index` (if not cached or loading, nor given to the kernel
+  // for a prefetch). Prefetches give up when the cache has no room; returns
+  // whether the chunk is cached, coming or given.
   bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
   // The key under which chunk `index` is read by a reader confined to
   // `within`: the chunk's own when it is cached or coming, or lies inside;
@@ -256,6 +265,9 @@ class ReadEngine {
   // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
   Mode Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern, uint64_t* copy_end)
       REQUIRES(mu_);
+  // Whether the kernel received all of `range` (see ObjectState::given).
+  static bool Given(const ObjectState& state, ByteRange range);
+  static void AddGiven(ObjectState& state, ByteRange range);
   // The window of `pattern` in tensor `index` of `state`'s object.
   ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
   // Whether `range` lies within kNearWindow of `window` (a slice reader's

@@ -297,6 +297,73 @@ TEST_F(ReadEngineTest, ConsumedChunksAreEvictedFirst) {
   EXPECT_GT(metrics_.cache_evictions.load(), 0u);
 }
 
+// A reader streaming through a file larger than the window: the chunks the
+// kernel has all of go once more than consumed_keep bytes of them are held, so
+// the cache holds a window of the file, not the file, and fetches take the
+// buffers of the chunks the reader is done with instead of mapping new ones.
+TEST_F(ReadEngineTest, StreamingReaderHoldsAWindowAndFetchesIntoReusedBuffers) {
+  ControlledStore store(memory_, /*hold=*/false);
+  const uint64_t chunk = 64 << 10;
+  EngineOptions options{.chunk_size = chunk, .cache_size = 16 << 20, .max_fetches = 4,
+                        .prefetch_window = 256 << 10, .head_size = chunk, .consumed_keep = 4 * chunk};
+  BufferPool::Options pool_options;
+  pool_options.max_idle_bytes = 16 * chunk;
+  auto pool = std::make_shared<BufferPool>(pool_options);
+  ReadEngine engine(store, options, metrics_, pool);
+  std::string big(4 << 20, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13);
+  memory_.Put("blob.bin", big);
+  const ObjectInfo blob = *memory_.Stat("blob.bin");  // not safetensors: aligned 64 KiB chunks
+
+  uint64_t most_cached = 0;
+  for (uint64_t off = 0; off < blob.size; off += 128 << 10) {
+    auto bytes = ReadSync(engine, blob, off, 128 << 10);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_EQ(*bytes, big.substr(off, 128 << 10));
+    most_cached = std::max(most_cached, metrics_.cache_bytes.load());
+  }
+  WaitIdle(store);
+  ExpectNoByteFetchedTwice(store.reads(), blob.name);
+  // At most consumed_keep + the window + what a read and its fetches in flight hold.
+  const uint64_t bound = options.consumed_keep + options.prefetch_window + (2 + options.max_fetches) * chunk;
+  EXPECT_LE(most_cached, bound) << "the cache held " << most_cached << " bytes of a " << blob.size << "-byte file";
+  const BufferPool::Counters counters = pool->counters();
+  EXPECT_LE(counters.mapped, bound / chunk + 2) << "buffers mapped for " << blob.size / chunk << " chunks";
+  EXPECT_GE(counters.reused, blob.size / chunk / 2);
+}
+
+// A reader that read the start of a file in order, then jumps around in it,
+// gets the file swept whole in storage order; the chunks the kernel already
+// has, though no longer cached, are not fetched again. A read of them (the
+// kernel dropped them) still gets them.
+TEST_F(ReadEngineTest, SweepSkipsWhatTheKernelWasGivenButRereadsGetIt) {
+  ControlledStore store(memory_, /*hold=*/false);
+  const uint64_t chunk = 64 << 10;
+  EngineOptions options{.chunk_size = chunk, .cache_size = 8 << 20, .max_fetches = 2,
+                        .prefetch_window = 128 << 10, .head_size = chunk, .consumed_keep = 2 * chunk};
+  ReadEngine engine(store, options, metrics_);
+  std::string big(2 << 20, 'x');
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
+  memory_.Put("blob.bin", big);
+  const ObjectInfo blob = *memory_.Stat("blob.bin");
+  for (uint64_t off = 0; off < 12 * chunk; off += chunk) ASSERT_TRUE(ReadSync(engine, blob, off, chunk).ok());
+  WaitIdle(store);
+  const uint64_t evictions = metrics_.cache_evictions.load();
+  EXPECT_GE(evictions, 8u) << "the chunks read went once the kernel had them";
+  for (uint64_t c : {25, 20, 28, 22}) ASSERT_TRUE(ReadSync(engine, blob, c * chunk + 100, 100).ok());
+  WaitIdle(store);
+  uint64_t fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.length;
+  EXPECT_EQ(fetched, blob.size) << "swept whole, each byte once";
+  ExpectNoByteFetchedTwice(store.reads(), blob.name);
+
+  const size_t before = store.reads().size();
+  auto again = ReadSync(engine, blob, 3 * chunk, 4096);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, big.substr(3 * chunk, 4096));
+  EXPECT_GT(store.reads().size(), before) << "fetched again for the kernel";
+}
+
 TEST_F(ReadEngineTest, ReplacedObjectReadsAsStale) {
   ReadEngine engine(memory_, SmallOptions(), metrics_);
   ASSERT_TRUE(ReadSync(engine, shard_, 0, 100).ok());
