@@ -242,7 +242,10 @@ def run_reader(kind, paths, args):
         return sum(os.path.getsize(p) for p in paths), time.monotonic() - start
     if kind == "numpy":
         loader = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader.py")
-        r = subprocess.run([args.python, loader, "load", *paths], capture_output=True, text=True, check=True)
+        r = subprocess.run([args.python, loader, "load", *paths], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"the numpy loader failed (is numpy installed for {args.python}? --python picks "
+                               f"the interpreter): {r.stderr[-2000:]}")
         final = json.loads(r.stdout.strip().splitlines()[-1])
         return final["bytes"], final["end"] - final["start"]
     if kind == "load_file":
