@@ -60,7 +60,6 @@ class ChunkCache {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const { return used_; }
-  uint64_t consumed_bytes() const { return consumed_bytes_; }
 
   Entry* Find(const ChunkKey& key);
   // Makes room for `bytes` more: evicts consumed chunks, then (if
