@@ -465,6 +465,13 @@ def report(r, loaders):
     for l in loaders:
         print(f"| {names[l]} | " + " | ".join(fmt(r["cpu"].get(t, {}).get(l)) for t in targets[1:]) + " |")
 
+    if r["rss"]:
+        mib = lambda v: "-" if v is None else f"{v / (1 << 20):.0f}"
+        print("\n| peak RSS of tensorfs, MiB | http | https |")
+        print("| --- | --- | --- |")
+        for l in loaders:
+            print(f"| {names[l]} | " + " | ".join(mib(r["rss"].get(t, {}).get(l)) for t in targets[2:]) + " |")
+
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b
 
