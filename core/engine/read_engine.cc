@@ -36,6 +36,13 @@ constexpr uint64_t kCopyMin = 1 << 20;
 // The most the kernel reads around the first or last page of a copy (for the
 // default 128 KiB read-around, and a larger read_ahead's first reads).
 constexpr uint64_t kCopyTailMax = 512 << 10;
+// A sequential stream counts as being read while it had one of the last this
+// many stream reads, engine-wide. Several readers at once share prefetch_window
+// (fetches in flight are capped by max_fetches anyway): eight streams with a
+// window each would fill the cache with chunks not read yet.
+constexpr size_t kActiveReads = 64;
+// The least a stream's share of the window is, in chunks.
+constexpr uint64_t kMinStreamWindowChunks = 4;
 // Windows of a slice pattern closer than this are fetched as one request.
 constexpr uint64_t kCoalesceGap = 64 << 10;
 // An unknown reader's first request, and the least it is read ahead.
@@ -474,6 +481,18 @@ void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
   state.given.emplace(begin, end);
 }
 
+void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  if (it != state.given.begin() && std::prev(it)->second > range.offset) --it;
+  while (it != state.given.end() && it->first < range.end()) {
+    const uint64_t begin = it->first;
+    const uint64_t end = it->second;
+    it = state.given.erase(it);
+    if (begin < range.offset) state.given.emplace(begin, range.offset);
+    if (end > range.end()) it = state.given.emplace(range.end(), end).first;
+  }
+}
+
 bool ReadEngine::IsNear(ByteRange window, ByteRange range) {
   return range.offset < window.end() + kNearWindow && range.end() + kNearWindow > window.offset;
 }
@@ -618,11 +637,25 @@ ChunkKey ReadEngine::KeyWithin(ObjectState& state, size_t index, const std::opti
   return key;
 }
 
-size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from) const {
+size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from, uint64_t bytes) {
   size_t n = 0;
-  uint64_t bytes = 0;
-  for (size_t i = from; i < plan.size() && bytes < options_.prefetch_window; ++i, ++n) bytes += plan.Chunk(i).length;
+  for (uint64_t sum = 0; from + n < plan.size() && sum < bytes; ++n) sum += plan.Chunk(from + n).length;
   return n;
+}
+
+void ReadEngine::NoteStreamRead(uint64_t id) {
+  recent_streams_.push_back(id);
+  ++streams_read_[id];
+  if (recent_streams_.size() > kActiveReads) {
+    auto it = streams_read_.find(recent_streams_.front());
+    if (--it->second == 0) streams_read_.erase(it);
+    recent_streams_.pop_front();
+  }
+}
+
+uint64_t ReadEngine::StreamWindow() const {
+  const uint64_t share = options_.prefetch_window / std::max<size_t>(1, streams_read_.size());
+  return std::max(share, std::min(options_.prefetch_window, kMinStreamWindowChunks * options_.chunk_size));
 }
 
 void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) {
@@ -643,7 +676,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
     ++s->reads;
   } else {
     if (!state.streams.empty()) ++state.far_jumps;
-    Stream fresh{.start = first, .last = last, .frontier = last, .reads = 1};
+    Stream fresh{.start = first, .last = last, .frontier = last, .reads = 1, .id = next_stream_id_++};
     if (state.streams.size() < kMaxStreams) {
       state.streams.push_back(fresh);
       s = &state.streams.back();
@@ -661,6 +694,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
     }
   }
   s->age = state.clock;
+  NoteStreamRead(s->id);
 
   // The rest of the tensor being read, and for a reader moving on (not one that
   // just jumped here), the window ahead in storage order. A first read that
@@ -668,7 +702,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
   // read: it calls for nothing more yet.
   const bool head_only = last == 0 && state.streams.size() == 1 && s->reads == 1;
   size_t target = head_only ? s->frontier : std::max(s->frontier, plan.TensorEnd(last));
-  if (s->reads >= 2) target = std::max(target, last + WindowChunks(plan, last + 1));
+  if (s->reads >= 2) target = std::max(target, last + WindowChunks(plan, last + 1, StreamWindow()));
   target = std::min(target, plan.size() - 1);
   for (size_t i = std::max(last + 1, s->frontier + 1); i <= target; ++i) {
     if (!Request(state, i, /*prefetch=*/true)) break;
@@ -714,7 +748,7 @@ void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
   auto it = std::find_if(state.streams.begin(), state.streams.end(), [](const Stream& st) { return st.start == 0; });
   if (it == state.streams.end()) {
     if (state.streams.size() >= kMaxStreams) return;
-    state.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2});
+    state.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++});
     it = std::prev(state.streams.end());
   }
   it->age = ++state.clock;
@@ -771,12 +805,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     Mode mode = Mode::kWhole;
     const ActivePattern* pattern = nullptr;
     uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
-    // The kernel reading bytes it was given has dropped them: what else it was
-    // given may be gone too, so prefetches no longer skip it.
-    if (op->hints.prefetch && !op->hints.within && !state.given.empty()) {
-      auto it = state.given.upper_bound(op->range.end() - 1);
-      if (it != state.given.begin() && std::prev(it)->second > op->range.offset) state.given.clear();
-    }
+    // The kernel reading bytes it was given has dropped them.
+    if (op->hints.prefetch && !op->hints.within) RemoveGiven(state, op->range);
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
     if (kernel_read) mode = Classify(state, op->range, &pattern, &copy_end);
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);

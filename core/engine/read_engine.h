@@ -13,7 +13,8 @@
 // Readers. The kernel's reads of safetensors files are sorted into three kinds:
 //   - whole-tensor readers (a tensor read from end to end, or nearly): the rest
 //     of each tensor touched, the next chunks in storage order for a reader
-//     moving forward, the whole object in storage order once readers jump
+//     moving forward (its share of prefetch_window among the readers moving
+//     forward at once), the whole object in storage order once readers jump
 //     around in it (three jumps, or one in a shard whose start was prefetched
 //     for the reader of the shard before), the start of the next shard near
 //     the end of one;
@@ -200,6 +201,7 @@ class ReadEngine {
     size_t frontier = 0;  // highest chunk requested
     uint64_t reads = 0;
     uint64_t age = 0;     // for replacing the least recently used stream
+    uint64_t id = 0;      // engine-wide, for counting the streams being read
   };
   struct ObjectState {
     ObjectInfo info;
@@ -223,7 +225,8 @@ class ReadEngine {
     std::vector<int> pending_sweeps;           // pattern ids to sweep once the plan is known
     // Bytes of this file the kernel received in full, as whole cache entries
     // (begin -> end, merged): prefetches made for its own readers skip them,
-    // cached or not. Forgotten once the kernel reads any of them again.
+    // cached or not. A kernel read of given bytes (it dropped them) takes
+    // them out again.
     std::map<uint64_t, uint64_t> given;
   };
   struct Job {
@@ -268,6 +271,7 @@ class ReadEngine {
   // Whether the kernel received all of `range` (see ObjectState::given).
   static bool Given(const ObjectState& state, ByteRange range);
   static void AddGiven(ObjectState& state, ByteRange range);
+  static void RemoveGiven(ObjectState& state, ByteRange range);
   // The window of `pattern` in tensor `index` of `state`'s object.
   ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
   // Whether `range` lies within kNearWindow of `window` (a slice reader's
@@ -300,7 +304,14 @@ class ReadEngine {
   // The same for the object read after `state`'s (see SetReadOrder), when only
   // `left` bytes of this one remain to be fetched.
   void ContinueIntoSuccessor(ObjectState& state, uint64_t left) REQUIRES(mu_);
-  size_t WindowChunks(const ChunkPlan& plan, size_t from) const;
+  // The chunks from `from` on that make up `bytes` (at least one).
+  static size_t WindowChunks(const ChunkPlan& plan, size_t from, uint64_t bytes);
+  // A stream was read: it counts as being read for the next kActiveReads
+  // stream reads, engine-wide.
+  void NoteStreamRead(uint64_t id) REQUIRES(mu_);
+  // How far ahead of itself a sequential reader is prefetched: its share of
+  // prefetch_window among the streams being read, at least kMinStreamWindow.
+  uint64_t StreamWindow() const REQUIRES(mu_);
 
   void WorkerLoop() EXCLUDES(mu_);
   void RunJob(const Job& job) EXCLUDES(mu_);
@@ -325,6 +336,9 @@ class ReadEngine {
   int next_pattern_id_ GUARDED_BY(mu_) = 0;
   uint64_t read_clock_ GUARDED_BY(mu_) = 0;   // kernel reads of safetensors data so far
   uint64_t whole_until_ GUARDED_BY(mu_) = 0;  // whole-tensor readers seen: until this read_clock_
+  uint64_t next_stream_id_ GUARDED_BY(mu_) = 1;
+  std::deque<uint64_t> recent_streams_ GUARDED_BY(mu_);   // ids of the last kActiveReads stream reads
+  std::map<uint64_t, int> streams_read_ GUARDED_BY(mu_);  // id -> its reads among them
   std::vector<std::thread> workers_;
 };
 

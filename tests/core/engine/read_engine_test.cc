@@ -332,17 +332,62 @@ TEST_F(ReadEngineTest, StreamingReaderHoldsAWindowAndFetchesIntoReusedBuffers) {
   EXPECT_GE(counters.reused, blob.size / chunk / 2);
 }
 
+// Sequential readers share prefetch_window: one alone is prefetched a whole
+// window ahead, four at once a quarter each, so that many readers do not fill
+// the cache with chunks none of them has read yet.
+TEST_F(ReadEngineTest, ConcurrentSequentialReadersShareThePrefetchWindow) {
+  const uint64_t chunk = 64 << 10;
+  const EngineOptions options{.chunk_size = chunk, .cache_size = 32 << 20, .max_fetches = 4,
+                              .prefetch_window = 1 << 20, .head_size = chunk, .consumed_keep = chunk};
+  std::vector<ObjectInfo> blobs;
+  for (int b = 0; b < 4; ++b) {
+    std::string bytes(4 << 20, static_cast<char>('a' + b));
+    const std::string name = "blob" + std::to_string(b) + ".bin";
+    memory_.Put(name, bytes);
+    blobs.push_back(*memory_.Stat(name));
+  }
+  const uint64_t step = 128 << 10;
+  {
+    Metrics metrics;
+    ControlledStore store(memory_, /*hold=*/false);
+    ReadEngine engine(store, options, metrics);
+    uint64_t most = 0;
+    for (uint64_t off = 0; off < 8 * step; off += step) {
+      ASSERT_TRUE(ReadSync(engine, blobs[0], off, step).ok());
+      most = std::max(most, metrics.cache_bytes.load());
+    }
+    EXPECT_GE(most, options.prefetch_window) << "a reader alone has the whole window";
+  }
+  Metrics metrics;
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, options, metrics);
+  uint64_t most = 0;
+  for (uint64_t off = 0; off < blobs[0].size; off += step) {
+    for (const ObjectInfo& blob : blobs) {
+      auto bytes = ReadSync(engine, blob, off, step);
+      ASSERT_TRUE(bytes.ok());
+      ASSERT_EQ(*bytes, std::string(step, blob.name[4] - '0' + 'a'));
+      most = std::max(most, metrics.cache_bytes.load());
+    }
+  }
+  WaitIdle(store);
+  for (const ObjectInfo& blob : blobs) ExpectNoByteFetchedTwice(store.reads(), blob.name);
+  // The window, plus per reader what its read and the chunk it is in hold, plus the kept chunk.
+  const uint64_t bound = options.prefetch_window + blobs.size() * (step + chunk) + options.consumed_keep;
+  EXPECT_LE(most, bound) << "four readers held " << most << " bytes";
+}
+
 // A reader that read the start of a file in order, then jumps around in it,
 // gets the file swept whole in storage order; the chunks the kernel already
-// has, though no longer cached, are not fetched again. A read of them (the
-// kernel dropped them) still gets them.
+// has, though no longer cached, are not fetched again. A read of one of them
+// (the kernel dropped it) gets it, and only it.
 TEST_F(ReadEngineTest, SweepSkipsWhatTheKernelWasGivenButRereadsGetIt) {
   ControlledStore store(memory_, /*hold=*/false);
   const uint64_t chunk = 64 << 10;
   EngineOptions options{.chunk_size = chunk, .cache_size = 8 << 20, .max_fetches = 2,
                         .prefetch_window = 128 << 10, .head_size = chunk, .consumed_keep = 2 * chunk};
   ReadEngine engine(store, options, metrics_);
-  std::string big(2 << 20, 'x');
+  std::string big(4 << 20, 'x');
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
   memory_.Put("blob.bin", big);
   const ObjectInfo blob = *memory_.Stat("blob.bin");
@@ -350,18 +395,26 @@ TEST_F(ReadEngineTest, SweepSkipsWhatTheKernelWasGivenButRereadsGetIt) {
   WaitIdle(store);
   const uint64_t evictions = metrics_.cache_evictions.load();
   EXPECT_GE(evictions, 8u) << "the chunks read went once the kernel had them";
-  for (uint64_t c : {25, 20, 28, 22}) ASSERT_TRUE(ReadSync(engine, blob, c * chunk + 100, 100).ok());
+  // Eight jumps: the whole-file sweep starts, and the first reader's stream is
+  // replaced by newer ones.
+  for (uint64_t c : {40, 20, 48, 24, 52, 28, 56, 32}) ASSERT_TRUE(ReadSync(engine, blob, c * chunk + 100, 100).ok());
   WaitIdle(store);
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   EXPECT_EQ(fetched, blob.size) << "swept whole, each byte once";
   ExpectNoByteFetchedTwice(store.reads(), blob.name);
 
-  const size_t before = store.reads().size();
-  auto again = ReadSync(engine, blob, 3 * chunk, 4096);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, big.substr(3 * chunk, 4096));
-  EXPECT_GT(store.reads().size(), before) << "fetched again for the kernel";
+  // The kernel dropped chunk 3 and reads it again, in two reads (a stream):
+  // that chunk is fetched again, not the chunks after it that it still has.
+  for (uint64_t off : {3 * chunk, 3 * chunk + 4096}) {
+    auto again = ReadSync(engine, blob, off, 4096);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, big.substr(off, 4096));
+  }
+  WaitIdle(store);
+  fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.length;
+  EXPECT_EQ(fetched, blob.size + chunk) << "only the chunk read again";
 }
 
 TEST_F(ReadEngineTest, ReplacedObjectReadsAsStale) {
