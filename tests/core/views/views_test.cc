@@ -98,6 +98,14 @@ class ViewsTest : public ::testing::Test {
 
   // The bytes of the only shard of `plan` that hold the tensors named
   // `prefix`*: one run in storage order.
+  // A file of m/splitted_model/, listed first as a loader does, and its size.
+  std::pair<NodeId, uint64_t> SplitFile(const std::string& name) {
+    EXPECT_TRUE(ns_->ReadDir(Path("m/splitted_model")).ok());
+    const NodeId node = Path("m/splitted_model/" + name);
+    auto attr = ns_->GetAttr(node);
+    EXPECT_TRUE(attr.ok()) << name;
+    return {node, attr.ok() ? attr->size : 0};
+  }
   static ByteRange SourceOf(const testing::CheckpointPlan& plan, std::string_view prefix) {
     const testing::ShardPlan& shard = plan.shards.at(0);
     uint64_t begin = ~uint64_t{0};
@@ -337,9 +345,7 @@ TEST_F(ViewsTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
 TEST_F(ViewsTest, FirstLayerFileHalfReadRunsOnIntoTheNextLayer) {
   const testing::CheckpointPlan plan = Put({.layers = 4, .hidden = 256, .intermediate = 512, .vocab = 512}, 1);
   Mount({ViewKind::kSplit});
-  ASSERT_TRUE(ns_->ReadDir(Path("m/splitted_model")).ok());
-  const NodeId embed = Path("m/splitted_model/model.embed_tokens.safetensors");
-  const uint64_t size = ns_->GetAttr(embed)->size;
+  const auto [embed, size] = SplitFile("model.embed_tokens.safetensors");
   const ByteRange layer0 = SourceOf(plan, "model.layers.0.");
 
   ASSERT_TRUE(ReadRange(embed, 0, size / 4).ok());
@@ -358,9 +364,7 @@ TEST_F(ViewsTest, FirstLayerFileHalfReadRunsOnIntoTheNextLayer) {
 TEST_F(ViewsTest, LayerFileReaderKeepsMostOfTheWindowRequested) {
   const testing::CheckpointPlan plan = Put({.layers = 3, .hidden = 256, .intermediate = 2048, .vocab = 256}, 1);
   Mount({ViewKind::kSplit});
-  ASSERT_TRUE(ns_->ReadDir(Path("m/splitted_model")).ok());
-  const NodeId layer = Path("m/splitted_model/model.layers.1.safetensors");
-  const uint64_t size = ns_->GetAttr(layer)->size;
+  const auto [layer, size] = SplitFile("model.layers.1.safetensors");
   const ByteRange source = SourceOf(plan, "model.layers.1.");
   const uint64_t header = size - source.length;  // the layer file is its header, then its source bytes in order
   const uint64_t window = 1 << 20;                // ViewOptions::prefetch_window in Mount()
