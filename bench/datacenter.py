@@ -143,6 +143,14 @@ def make_certs(work: str) -> str | None:
     return d
 
 
+def given_certs(d: str) -> str:
+    """The folder of --certs, once it is known to hold what the server and tensorfs need."""
+    missing = [f for f in ("ca.pem", "server.pem", "server.key") if not os.path.isfile(os.path.join(d, f))]
+    if missing:
+        raise SystemExit(f"--certs {d} lacks {', '.join(missing)}: make them with `bash bench/datacenter.sh package`")
+    return os.path.abspath(d)
+
+
 # ------------------------------------------------------------------ processes
 
 def cpu_seconds(pid: int) -> float:
@@ -332,6 +340,8 @@ def main():
                    help="more -o options for tensorfs (whole-file readers gain from a deep kernel readahead)")
     p.add_argument("--loaders", default="load_file,numpy,cat,readers")
     p.add_argument("--no-https", action="store_true")
+    p.add_argument("--certs", help="a folder with ca.pem, server.pem and server.key made elsewhere "
+                                   "(`datacenter.sh package` makes one), for a machine without the openssl CLI")
     p.add_argument("--out", default="bench/out/datacenter.json")
     args = p.parse_args()
     args.load_file_device = load_file_device(args.python, args.device)
@@ -342,7 +352,7 @@ def main():
     log(f"checkpoint: {args.size} in {args.shards} shards under {data}")
     paths = write_checkpoint(data, parse_size(args.size), args.shards)
     total_bytes = sum(os.path.getsize(x) for x in paths)
-    certs = None if args.no_https else make_certs(args.work)
+    certs = None if args.no_https else (given_certs(args.certs) if args.certs else make_certs(args.work))
     env = dict(os.environ)
     if args.lib_dir:
         env["LD_LIBRARY_PATH"] = os.path.abspath(args.lib_dir)

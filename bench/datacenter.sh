@@ -5,7 +5,8 @@
 # loader's ceiling), over HTTP and HTTPS, with CPU-seconds per GB.
 #
 #   bash bench/datacenter.sh package          # here: build, then bundle tensorfs, memfs_ceiling and
-#                                             # their shared libraries (glibc's excepted) in build/device
+#                                             # their shared libraries (glibc's excepted) in build/device,
+#                                             # with a throwaway CA and server certificate (build/device/tls)
 #   bash bench/datacenter.sh run [ARGS...]    # anywhere, as root: run it (datacenter.py ARGS, e.g.
 #                                             # --size 512M --device cpu); SIZE=512M works too;
 #                                             # PYTHON=/usr/bin/python3 picks the interpreter
@@ -49,6 +50,8 @@ case "$mode" in
       done
     done
     strip --strip-unneeded "$bundle"/lib/*.so* 2>/dev/null || true
+    # A throwaway CA and server certificate (valid two days), for a target without the openssl CLI.
+    python3 -c 'import sys; sys.path.insert(0, "bench"); import datacenter; sys.exit(datacenter.make_certs(sys.argv[1]) is None)' "$bundle"
     du -sh "$bundle"
     echo "bundle ready: $bundle (carry it with the tree; run: bash bench/datacenter.sh run)"
     ;;
@@ -64,6 +67,7 @@ case "$mode" in
     done
     if [[ -x "$bundle/bin/tensorfs" ]]; then
       bins=(--tensorfs "$bundle/bin/tensorfs" --memfs "$bundle/bin/memfs_ceiling" --lib-dir "$bundle/lib")
+      if [[ -f "$bundle/tls/ca.pem" ]]; then bins+=(--certs "$bundle/tls"); fi
     else
       bins=(--tensorfs "$build_dir/fs/tensorfs" --memfs "$build_dir/bench/memfs_ceiling")
     fi
