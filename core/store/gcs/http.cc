@@ -206,10 +206,15 @@ void CloseDirect(DirectConnection& c) {
 }
 
 // True if an idle keep-alive connection was closed (or sent something unasked)
-// while it sat in the pool: readable with nothing asked means EOF or garbage.
-bool IdleConnectionIsDead(curl_socket_t fd) {
-  pollfd p{fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) != 0;
+// while it sat in the pool. A readable socket is asked for one byte: TLS
+// records that carry no data (session tickets) leave it CURLE_AGAIN and alive;
+// the end of the stream, an error or stray bytes mean it cannot be used.
+bool IdleConnectionIsDead(const DirectConnection& c) {
+  pollfd p{c.fd, POLLIN, 0};
+  if (::poll(&p, 1, 0) == 0) return false;
+  char byte;
+  size_t n = 0;
+  return curl_easy_recv(c.easy, &byte, 1, &n) != CURLE_AGAIN;
 }
 
 // One request and its response on a DirectConnection. Keeps the clock for the
@@ -749,7 +754,11 @@ class CurlHttpClient : public HttpClient {
         break;
       }
       CloseDirect(conn);
-      if (!(reused && attempt == 0 && !exchange.received_any() && response.sink_bytes == 0)) break;
+      // Only a connection found closed is replaced: a silent server is the retry policy's to judge.
+      if (!(reused && attempt == 0 && response.error == TransportError::kConnectionLost &&
+            !exchange.received_any())) {
+        break;
+      }
     }
     ReleaseDirect(std::move(conn));
     return response;
@@ -818,7 +827,7 @@ class CurlHttpClient : public HttpClient {
       }
     }
     for (DirectConnection& c : dead) CloseDirect(c);
-    if (out.easy != nullptr && IdleConnectionIsDead(out.fd)) CloseDirect(out);
+    if (out.easy != nullptr && IdleConnectionIsDead(out)) CloseDirect(out);
     return out;
   }
 

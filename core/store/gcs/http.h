@@ -6,7 +6,11 @@
 // MakeCurlHttpClient() is the libcurl implementation: a pool of easy handles,
 // checked out per request and returned after, all sharing one CURLSH (connection
 // cache, DNS cache, TLS sessions), so connections are reused across threads and
-// up to max_connections transfers run at once. It speaks HTTP/1.1, one transfer
+// up to max_connections transfers run at once. A GET with a sink (a range read)
+// instead goes on a connection libcurl opens with CURLOPT_CONNECT_ONLY, on which
+// the request is written and the response parsed here, so that the body is
+// received straight into the sink, not copied out of libcurl's buffer; up to
+// max_connections such connections are kept as well. It speaks HTTP/1.1, one transfer
 // per connection, as gcsfuse does by default: parallel range reads on separate
 // handles gain nothing from HTTP/2's multiplexing and pay for its framing and
 // flow control on every byte (and the test server speaks HTTP/1.1, so what
