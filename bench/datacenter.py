@@ -159,6 +159,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
 
 
+def machine_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 def is_mounted(path: str) -> bool:
     real = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:
@@ -365,7 +373,8 @@ def main():
         server_argv += ["--tls-cert", f"{certs}/server.pem", "--tls-key", f"{certs}/server.key"]
     server = subprocess.Popen(server_argv)
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
-               "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {}}
+               "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
+               "busy": {}, "server_cpu": {}}
     mounts = []
     try:
         deadline = time.monotonic() + 30
@@ -386,7 +395,16 @@ def main():
             results["server"][scheme] = {"gbps": n / s / GB, "cpu_s_per_gb": (cpu_seconds(server.pid) - before) / (n / GB)}
             log(f"server ceiling {scheme}: {n / s / GB:.2f} GB/s")
 
+        def measured(loader, paths_read):
+            """run_reader, with the share of all CPUs busy and the server's CPU-seconds over it."""
+            busy0, total0 = machine_jiffies()
+            server0 = cpu_seconds(server.pid)
+            outcome = run_reader(loader, paths_read, args)
+            busy1, total1 = machine_jiffies()
+            return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0
+
         def record(target, loader, outcome, cpu=None, rss=None):
+            outcome, busy, server_cpu = outcome
             if isinstance(outcome, str):
                 results["rates"].setdefault(target, {})[loader] = None
                 log(f"{target} {loader}: {outcome}")
@@ -397,13 +415,16 @@ def main():
                 results["cpu"].setdefault(target, {})[loader] = cpu / (n / GB)
             if rss is not None:
                 results["rss"].setdefault(target, {})[loader] = rss
+            results["busy"].setdefault(target, {})[loader] = busy
+            if target.startswith("tensorfs"):
+                results["server_cpu"].setdefault(target, {})[loader] = server_cpu / (n / GB)
             log(f"{target} {loader}: {n / s / GB:.2f} GB/s" +
-                (f", {cpu / (n / GB):.3f} CPU-s/GB" if cpu is not None else ""))
+                (f", {cpu / (n / GB):.3f} CPU-s/GB" if cpu is not None else "") + f", CPUs {busy:.0%} busy")
 
         # The loader's ceiling: the shards in the local page cache.
         for loader in loaders:
             warm(paths)
-            record("local", loader, run_reader(loader, paths, args))
+            record("local", loader, measured(loader, paths))
 
         # The FUSE ceiling: memfs_ceiling, a fresh mount per reader.
         for loader in loaders:
@@ -412,7 +433,7 @@ def main():
             mounts.append(m)
             try:
                 before = m.cpu()
-                outcome = run_reader(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], args)
+                outcome = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
                 record("memfs", loader, outcome, m.cpu() - before)
             finally:
                 m.stop()
@@ -435,7 +456,7 @@ def main():
                 mounts.append(m)
                 try:
                     before = m.cpu()
-                    outcome = run_reader(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], args)
+                    outcome = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
                     record(target, loader, outcome, m.cpu() - before, m.peak_rss())
                 finally:
                     m.stop()
@@ -481,6 +502,19 @@ def report(r, loaders):
         print("| --- | --- | --- |")
         for l in loaders:
             print(f"| {names[l]} | " + " | ".join(mib(r["rss"].get(t, {}).get(l)) for t in targets[2:]) + " |")
+
+    if r.get("busy"):
+        pct = lambda v: "-" if v is None else f"{v:.0%}"
+        print(f"\n| all {r['nproc']} CPUs busy over the reader's process (test server CPU-s per GB) "
+              "| local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
+        print("| --- | --- | --- | --- | --- |")
+        for l in loaders:
+            cells = []
+            for t in targets:
+                cell = pct(r["busy"].get(t, {}).get(l))
+                srv = r.get("server_cpu", {}).get(t, {}).get(l)
+                cells.append(cell + ("" if srv is None else f" ({srv:.2f})"))
+            print(f"| {names[l]} | " + " | ".join(cells) + " |")
 
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b

@@ -186,8 +186,8 @@ size_t OnBody(char* data, size_t size, size_t count, void* userdata) {
 // and shared DNS and TLS-session caches as the other requests. The request is
 // written and the response parsed here, so that the body is received straight
 // into the sink (recv(2), or SSL_read decrypting into it) instead of through
-// libcurl's receive buffer and a write callback: that copy was a fifth to a
-// third of tensorfs' CPU per GB at datacenter rates.
+// libcurl's receive buffer and a write callback: 7% to 11% less CPU per GB
+// at datacenter rates (bench/README.md, "Datacenter profile").
 
 // One such connection; `easy` is null until it is connected.
 struct DirectConnection {
