@@ -403,8 +403,8 @@ def main():
             busy1, total1 = machine_jiffies()
             return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0
 
-        def record(target, loader, outcome, cpu=None, rss=None):
-            outcome, busy, server_cpu = outcome
+        def record(target, loader, measurement, cpu=None, rss=None):
+            outcome, busy, server_cpu = measurement
             if isinstance(outcome, str):
                 results["rates"].setdefault(target, {})[loader] = None
                 log(f"{target} {loader}: {outcome}")
@@ -433,8 +433,8 @@ def main():
             mounts.append(m)
             try:
                 before = m.cpu()
-                outcome = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
-                record("memfs", loader, outcome, m.cpu() - before)
+                measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
+                record("memfs", loader, measurement, m.cpu() - before)
             finally:
                 m.stop()
                 mounts.remove(m)
@@ -456,8 +456,8 @@ def main():
                 mounts.append(m)
                 try:
                     before = m.cpu()
-                    outcome = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
-                    record(target, loader, outcome, m.cpu() - before, m.peak_rss())
+                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
+                    record(target, loader, measurement, m.cpu() - before, m.peak_rss())
                 finally:
                     m.stop()
                     mounts.remove(m)

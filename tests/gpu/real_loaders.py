@@ -522,10 +522,13 @@ class ModelChecks(object):
         cos = cosine(self.logits(got), self.ref_logits)
         return "%d parameters %s, equal to torch's rounding; logits cosine %.5f" % (n, TORCH_NAMES[dtype], cos)
 
-    def dequantized_dir(self, view):
-        out = os.path.join(self.args.work, "dequantized", self.name + view)
+    def dequantized_dir(self, view, independent=False):
+        """The view's weights dequantized (written once), or with independent the
+        same weights rounded by the independent quantizers here."""
+        out = os.path.join(self.args.work, "independent" if independent else "dequantized", self.name + view)
         if not os.path.isdir(out):
-            write_dequantized(os.path.join(self.mounted, view), self.local, out, view, self.conv1d, self.device)
+            write_dequantized(os.path.join(self.mounted, view), self.local, out, view, self.conv1d, self.device,
+                              source=self.tensors if independent else None)
         return out
 
     def dequantized_files(self, view, max_relative_error):
@@ -557,11 +560,7 @@ class ModelChecks(object):
         small random-initialized model NF4 loses more than on a trained one)."""
         self.reference()
         got = self.logits(self.load_model(self.dequantized_dir(view)))
-        out = os.path.join(self.args.work, "independent", self.name + view)
-        if not os.path.isdir(out):
-            write_dequantized(os.path.join(self.mounted, view), self.local, out, view, self.conv1d, self.device,
-                              source=self.tensors)
-        want = self.logits(self.load_model(out))
+        want = self.logits(self.load_model(self.dequantized_dir(view, independent=True)))
         cos = cosine(got, want)
         if not cos >= min_cosine:
             raise CheckFailed("logits cosine %.6f to the independent quantizer's, want at least %.4f" % (

@@ -145,37 +145,56 @@ size_t OnHeader(char* data, size_t size, size_t count, void* userdata) {
   return n;
 }
 
+// Whether the body of `response` (its status and headers known) goes to the request's sink.
+bool BodyGoesToSink(const HttpRequest& request, const HttpResponse& response) {
+  if (request.sink.empty()) return false;
+  return request.use_sink ? request.use_sink(response.status, response.headers)
+                          : (response.status >= 200 && response.status < 300);
+}
+
+// Appends `n` body bytes to the sink (what fits) or to the in-memory body.
+// kSinkOverflow or kBodyTooLarge when they do not fit, else kNone.
+TransportError AppendBody(const HttpRequest& request, HttpResponse& response, bool to_sink, const char* data,
+                          size_t n) {
+  if (to_sink) {
+    const size_t take = std::min(request.sink.size() - response.sink_bytes, n);
+    std::memcpy(request.sink.data() + response.sink_bytes, data, take);
+    response.sink_bytes += take;
+    return take < n ? TransportError::kSinkOverflow : TransportError::kNone;
+  }
+  if (response.body.size() + n > request.max_body_bytes) return TransportError::kBodyTooLarge;
+  response.body.append(data, n);
+  return TransportError::kNone;
+}
+
+// The message for a transfer this client stopped itself: a body that did not
+// fit, or a stall (silent for `silent`).
+std::string AbortMessage(TransportError error, const HttpRequest& request, const HttpResponse& response,
+                         std::chrono::nanoseconds silent, std::chrono::nanoseconds stall_timeout) {
+  switch (error) {
+    case TransportError::kSinkOverflow:
+      return "the server sent more bytes than were requested";
+    case TransportError::kBodyTooLarge:
+      return "the response body exceeded " + std::to_string(request.max_body_bytes) + " bytes";
+    default: {
+      char secs[32];
+      std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(silent).count());
+      return std::string("stalled: no bytes for ") + secs + " s (stall_timeout " +
+             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(stall_timeout).count()) +
+             " s) after " + std::to_string(response.sink_bytes + response.body.size()) + " body bytes";
+    }
+  }
+}
+
 size_t OnBody(char* data, size_t size, size_t count, void* userdata) {
   auto* t = static_cast<Transfer*>(userdata);
   const size_t n = size * count;
   t->last_activity = std::chrono::steady_clock::now();
-  const HttpRequest& req = *t->request;
-  HttpResponse& resp = *t->response;
   if (t->body == Transfer::Body::kUndecided) {
-    bool to_sink = false;
-    if (!req.sink.empty()) {
-      to_sink = req.use_sink ? req.use_sink(resp.status, resp.headers)
-                             : (resp.status >= 200 && resp.status < 300);
-    }
-    t->body = to_sink ? Transfer::Body::kSink : Transfer::Body::kMemory;
+    t->body = BodyGoesToSink(*t->request, *t->response) ? Transfer::Body::kSink : Transfer::Body::kMemory;
   }
-  if (t->body == Transfer::Body::kSink) {
-    const size_t room = req.sink.size() - resp.sink_bytes;
-    const size_t take = std::min(room, n);
-    std::memcpy(req.sink.data() + resp.sink_bytes, data, take);
-    resp.sink_bytes += take;
-    if (take < n) {
-      t->abort_reason = TransportError::kSinkOverflow;
-      return 0;  // aborts the transfer
-    }
-    return n;
-  }
-  if (resp.body.size() + n > req.max_body_bytes) {
-    t->abort_reason = TransportError::kBodyTooLarge;
-    return 0;
-  }
-  resp.body.append(data, n);
-  return n;
+  t->abort_reason = AppendBody(*t->request, *t->response, t->body == Transfer::Body::kSink, data, n);
+  return t->abort_reason == TransportError::kNone ? n : 0;  // 0 aborts the transfer
 }
 
 // ------------------------------------------------------------ direct body reads
@@ -267,12 +286,8 @@ class DirectExchange {
         return false;
       }
       if (silent >= stall_timeout_) {
-        char secs[32];
-        std::snprintf(secs, sizeof secs, "%.1f", std::chrono::duration<double>(silent).count());
         Fail(TransportError::kStalled,
-             std::string("stalled: no bytes for ") + secs + " s (stall_timeout " +
-                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(stall_timeout_).count()) +
-                 " s) after " + std::to_string(response_.sink_bytes + response_.body.size()) + " body bytes",
+             AbortMessage(TransportError::kStalled, request_, response_, silent, stall_timeout_),
              CURLE_ABORTED_BY_CALLBACK);
         return false;
       }
@@ -376,34 +391,20 @@ class DirectExchange {
 
   // Hands `n` body bytes to the sink or the in-memory body.
   bool Deliver(const char* data, size_t n) {
-    if (to_sink_) {
-      const size_t room = request_.sink.size() - response_.sink_bytes;
-      const size_t take = std::min(room, n);
-      std::memcpy(request_.sink.data() + response_.sink_bytes, data, take);
-      response_.sink_bytes += take;
-      if (take < n) {
-        Fail(TransportError::kSinkOverflow, "the server sent more bytes than were requested");
-        return false;
-      }
-      return true;
-    }
-    if (response_.body.size() + n > request_.max_body_bytes) {
-      Fail(TransportError::kBodyTooLarge,
-           "the response body exceeded " + std::to_string(request_.max_body_bytes) + " bytes");
-      return false;
-    }
-    response_.body.append(data, n);
-    return true;
+    return Check(AppendBody(request_, response_, to_sink_, data, n));
+  }
+
+  // False, with the error set, unless `error` is kNone.
+  bool Check(TransportError error) {
+    if (error == TransportError::kNone) return true;
+    Fail(error, AbortMessage(error, request_, response_, {}, stall_timeout_));
+    return false;
   }
 
   bool ReadBody() {
-    const HttpRequest& req = request_;
-    if (!req.sink.empty()) {
-      to_sink_ = req.use_sink ? req.use_sink(response_.status, response_.headers)
-                              : (response_.status >= 200 && response_.status < 300);
-    }
+    to_sink_ = BodyGoesToSink(request_, response_);
     const std::string connection = ToLower(response_.Header("connection"));
-    bool keep = http10_ ? connection == "keep-alive" : connection != "close";
+    const bool keep = http10_ ? connection == "keep-alive" : connection != "close";
     const std::string coding = ToLower(response_.Header("transfer-encoding"));
     Framing framing = Framing::kUntilClose;
     uint64_t length = 0;
@@ -458,11 +459,7 @@ class DirectExchange {
         direct -= *n;
         left -= *n;
       }
-      if (left > 0) {
-        Fail(TransportError::kSinkOverflow, "the server sent more bytes than were requested");
-        return false;
-      }
-      return true;
+      return Check(left > 0 ? TransportError::kSinkOverflow : TransportError::kNone);
     }
     char buf[64 << 10];
     while (left > 0) {
@@ -665,23 +662,8 @@ class CurlHttpClient : public HttpClient {
     response.curl_code = static_cast<int>(rc);
     if (transfer.abort_reason != TransportError::kNone) {
       response.error = transfer.abort_reason;
-      switch (transfer.abort_reason) {
-        case TransportError::kSinkOverflow:
-          response.error_message = "the server sent more bytes than were requested";
-          break;
-        case TransportError::kBodyTooLarge:
-          response.error_message =
-              "the response body exceeded " + std::to_string(request.max_body_bytes) + " bytes";
-          break;
-        default: {
-          char silent[32];
-          std::snprintf(silent, sizeof silent, "%.1f", std::chrono::duration<double>(transfer.stalled_for).count());
-          response.error_message = std::string("stalled: no bytes for ") + silent + " s (stall_timeout " +
-                                   std::to_string(options_.stall_timeout.count()) + " s) after " +
-                                   std::to_string(response.sink_bytes + response.body.size()) + " body bytes";
-          break;
-        }
-      }
+      response.error_message =
+          AbortMessage(transfer.abort_reason, request, response, transfer.stalled_for, options_.stall_timeout);
     } else if (rc != CURLE_OK) {
       response.error = ClassifyCurlCode(rc);
       response.error_message = error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(rc);
