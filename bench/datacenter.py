@@ -18,7 +18,11 @@ targets and writes results.json:
     in so the server sends from memory) over HTTP and over HTTPS (the test
     server's TLS with a throwaway CA made with the openssl CLI, -o ca_file);
   - CPU-seconds per GB moved (user + sys of the FUSE server process, from
-    /proc/PID/stat, over the reader's run) for tensorfs and memfs_ceiling.
+    /proc/PID/stat, over the reader's run) for tensorfs and memfs_ceiling, and
+    what each GB cost the whole machine (/proc/stat), with the bound that puts
+    on the concurrent readers;
+  - with --trace, each concurrent reader's range requests from tensorfs' debug
+    log.
 
 The checkpoint is synthetic: SIZE bytes of fp32 tensors (16 MiB matrices and
 small vectors, as a Llama's) in --shards safetensors files, kept in --work.
@@ -27,9 +31,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import ssl
@@ -86,9 +92,12 @@ def write_checkpoint(root: str, size: int, shards: int) -> list[str]:
     stamp = os.path.join(root, f".done-{size}-{shards}")
     names = [f"model-{i + 1:05d}-of-{shards:05d}.safetensors" for i in range(shards)]
     paths = [os.path.join(model_dir, n) for n in names]
-    if os.path.exists(stamp) and all(os.path.exists(p) for p in paths):
+    stamps = [n for n in os.listdir(root) if n.startswith(".done-")] if os.path.isdir(root) else []
+    if stamps == [os.path.basename(stamp)] and all(os.path.exists(p) for p in paths):
         return paths
     shutil.rmtree(os.path.join(root, BUCKET), ignore_errors=True)
+    for name in stamps:  # the files they stood for are gone
+        os.unlink(os.path.join(root, name))
     os.makedirs(model_dir, exist_ok=True)
     rng = random.Random(1)
     per_shard = size // shards
@@ -276,6 +285,51 @@ def run_reader(kind, paths, args):
     raise ValueError(kind)
 
 
+GET_LINE = re.compile(r"^(\S+) debug GET \S+/([^/\s]+) bytes (\d+)-(\d+): HTTP 20[06], (\d+) bytes in (\d+) ms")
+
+
+def request_timeline(log_path, reader_slices):
+    """Per reader (a slice of a shard), from tensorfs' debug log: its range requests, when the
+    bytes fetched for it reached 8 and 64 MiB and all of it, counted from the first request of
+    the mount (the log's wall-clock milliseconds). A request belongs to the slice it starts in."""
+    gets = []
+    with open(log_path, errors="replace") as f:
+        for text in f:
+            m = GET_LINE.match(text)
+            if m:
+                done = datetime.datetime.fromisoformat(m.group(1)).timestamp()
+                gets.append((done, m.group(2), int(m.group(3)), int(m.group(5)), int(m.group(6))))
+    if not gets:
+        return []
+    t0 = min(done - ms / 1000 for done, _, _, _, ms in gets)
+    rows = []
+    for path, off, n in reader_slices:
+        mine = sorted((g for g in gets if g[1] == os.path.basename(path) and off <= g[2] < off + n),
+                      key=lambda g: g[0])
+        got, marks = 0, {}
+        for done, _, _, size, _ in mine:
+            got += size
+            for mib in (8, 64):
+                if got >= mib << 20 and mib not in marks:
+                    marks[mib] = done - t0
+        rows.append({"reader": f"{os.path.basename(path)} @{off >> 20} MiB", "requests": len(mine),
+                     "under_8mib": sum(1 for g in mine if g[3] < 8 << 20),
+                     "slowest_ms": max((g[4] for g in mine), default=0),
+                     "at_8mib": marks.get(8), "at_64mib": marks.get(64),
+                     "last": mine[-1][0] - t0 if mine else None})
+    return rows
+
+
+def print_timeline(target, rows):
+    s = lambda v: "-" if v is None else f"{v:.3f}"
+    print(f"\n{target}, concurrent readers: range requests per reader (seconds from the mount's first request)")
+    print("| reader | requests | under 8 MiB | slowest, ms | 8 MiB fetched | 64 MiB fetched | last arrived |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['reader']} | {r['requests']} | {r['under_8mib']} | {r['slowest_ms']} | {s(r['at_8mib'])} | "
+              f"{s(r['at_64mib'])} | {s(r['last'])} |", flush=True)
+
+
 def load_file_device(python: str, wanted: str) -> str | None:
     probe = "import torch, safetensors; print('cuda' if torch.cuda.is_available() else 'cpu')"
     r = subprocess.run([python, "-c", probe], capture_output=True, text=True)
@@ -348,6 +402,9 @@ def main():
                    help="more -o options for tensorfs (whole-file readers gain from a deep kernel readahead)")
     p.add_argument("--loaders", default="load_file,numpy,cat,readers")
     p.add_argument("--no-https", action="store_true")
+    p.add_argument("--trace", action="store_true",
+                   help="run tensorfs with log_level=debug and print, per concurrent reader, when its range "
+                        "requests arrived (the debug log costs a little CPU: not for the CPU figures)")
     p.add_argument("--certs", help="a folder with ca.pem, server.pem and server.key made elsewhere "
                                    "(`datacenter.sh package` makes one), for a machine without the openssl CLI")
     p.add_argument("--out", default="bench/out/datacenter.json")
@@ -374,7 +431,7 @@ def main():
     server = subprocess.Popen(server_argv)
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
                "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
-               "busy": {}, "server_cpu": {}}
+               "busy": {}, "machine_cpu": {}, "server_cpu": {}}
     mounts = []
     try:
         deadline = time.monotonic() + 30
@@ -416,6 +473,9 @@ def main():
             if rss is not None:
                 results["rss"].setdefault(target, {})[loader] = rss
             results["busy"].setdefault(target, {})[loader] = busy
+            # Every CPU-second the machine spent over the reader, per GB: the FUSE server, the
+            # test server, the reader's own copies and the kernel's page-cache work together.
+            results["machine_cpu"].setdefault(target, {})[loader] = busy * (os.cpu_count() or 1) * s / (n / GB)
             if target.startswith("tensorfs"):
                 results["server_cpu"].setdefault(target, {})[loader] = server_cpu / (n / GB)
             log(f"{target} {loader}: {n / s / GB:.2f} GB/s" +
@@ -441,7 +501,7 @@ def main():
 
         # tensorfs, cold: a fresh mount per reader, the page cache dropped.
         for scheme, ep in endpoints.items():
-            opts = f"anonymous,endpoint={ep},log_level=warn"
+            opts = f"anonymous,endpoint={ep},log_level={'debug' if args.trace else 'warn'}"
             if scheme == "https":
                 opts += f",ca_file={certs}/ca.pem"
             if args.tensorfs_opts:
@@ -458,6 +518,11 @@ def main():
                     before = m.cpu()
                     measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
                     record(target, loader, measurement, m.cpu() - before, m.peak_rss())
+                    if args.trace and loader == "readers":
+                        m.log.flush()
+                        rows = request_timeline(m.log.name, slices(paths, args.readers))
+                        results.setdefault("trace", {})[target] = rows
+                        print_timeline(target, rows)
                 finally:
                     m.stop()
                     mounts.remove(m)
@@ -519,6 +584,14 @@ def report(r, loaders):
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else a / b
 
+    machine = r.get("machine_cpu", {})
+    if machine:
+        print(f"\n| CPU-s per GB of the whole machine (share busy x {r['nproc']} CPUs x seconds / GB) "
+              "| local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
+        print("| --- | --- | --- | --- | --- |")
+        for l in loaders:
+            print(f"| {names[l]} | " + " | ".join(fmt(machine.get(t, {}).get(l)) for t in targets) + " |")
+
     def line(text, value, goal, higher=True):
         if value is None:
             print(f"- {text}: not measured")
@@ -532,6 +605,7 @@ def report(r, loaders):
     line("load_file / local page cache load_file", ratio(rate("tensorfs-http", "load_file"), rate("local", "load_file")), 0.8)
     line("cat / memfs_ceiling cat", ratio(rate("tensorfs-http", "cat"), rate("memfs", "cat")), 0.9)
     line(f"{'readers'} / memfs_ceiling readers", ratio(rate("tensorfs-http", "readers"), rate("memfs", "readers")), 0.9)
+    readers_bound(r)
     cpu = [v for v in r["cpu"].get("tensorfs-http", {}).values() if v is not None]
     line("CPU-s per GB over HTTP (worst reader)", max(cpu) if cpu else None, 0.5, higher=False)
     cpu_tls = [v for v in r["cpu"].get("tensorfs-https", {}).values() if v is not None]
@@ -540,6 +614,24 @@ def report(r, loaders):
         best = max([v for v in r["rates"].get("tensorfs-http", {}).values() if v is not None] or [0])
         if best >= 0.9 * http_server:
             print(f"- note: tensorfs' best rate {best:.2f} GB/s is at the server's ceiling ({http_server:.2f} GB/s)")
+
+
+def readers_bound(r):
+    """What the machine's CPUs allow the concurrent readers: with the CPUs as busy as under
+    memfs_ceiling, tensorfs' rate over memfs_ceiling's is at most the inverse ratio of what
+    each GB costs the whole machine; and the tensorfs CPU-s per GB that 0.9 would need."""
+    m = r.get("machine_cpu", {}).get("memfs", {}).get("readers")
+    t = r.get("machine_cpu", {}).get("tensorfs-http", {}).get("readers")
+    own = r["cpu"].get("tensorfs-http", {}).get("readers")
+    if m is None or t is None or own is None or t == 0:
+        return
+    server = r.get("server_cpu", {}).get("tensorfs-http", {}).get("readers") or 0.0
+    rest = t - own  # the test server, the readers and the kernel, per GB through tensorfs
+    need = lambda other: f"{m / 0.9 - other:.2f}" if m / 0.9 > other else "nothing (out of reach)"
+    print(f"  - bound by the machine's CPUs: each GB costs the machine {t:.2f} CPU-s through tensorfs "
+          f"({own:.2f} tensorfs, {server:.2f} the test server), {m:.2f} through memfs_ceiling; with the CPUs "
+          f"as busy as under memfs_ceiling, tensorfs gets at most {m / t:.2f} of its rate. 0.9 needs tensorfs "
+          f"at {need(rest)} CPU-s per GB, or {need(rest - server)} with the storage on other machines")
 
 
 if __name__ == "__main__":
