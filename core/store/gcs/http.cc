@@ -354,8 +354,7 @@ class DirectExchange {
         Fail(TransportError::kOther, "the response headers exceed 64 KiB");
         return false;
       }
-      char buf[16 << 10];
-      const std::optional<size_t> n = RecvSome(buf, sizeof buf);
+      const std::optional<size_t> n = RecvMore();
       if (!n) return false;
       if (*n == 0) {
         Fail(TransportError::kConnectionLost, received_any_ ? "the connection closed inside the response headers"
@@ -363,7 +362,6 @@ class DirectExchange {
              received_any_ ? CURLE_RECV_ERROR : CURLE_GOT_NOTHING);
         return false;
       }
-      buffered_.append(buf, *n);
     }
   }
 
@@ -480,16 +478,26 @@ class DirectExchange {
     return false;
   }
 
-  // More bytes into buffered_; false (error set) on failure or end of stream.
+  // Receives up to 64 KiB onto the end of buffered_: how many bytes, 0 when the
+  // peer closed the connection, nullopt (with the error set) on failure.
+  std::optional<size_t> RecvMore() {
+    constexpr size_t kStep = 64 << 10;
+    const size_t had = buffered_.size();
+    buffered_.resize(had + kStep);
+    const std::optional<size_t> n = RecvSome(buffered_.data() + had, kStep);
+    buffered_.resize(had + n.value_or(0));
+    return n;
+  }
+
+  // More bytes of a chunked body into buffered_; false (error set) on failure
+  // or end of stream.
   bool Fill() {
-    char buf[64 << 10];
-    const std::optional<size_t> n = RecvSome(buf, sizeof buf);
+    const std::optional<size_t> n = RecvMore();
     if (!n) return false;
     if (*n == 0) {
       Fail(TransportError::kTruncated, "the connection closed inside a chunked body", CURLE_PARTIAL_FILE);
       return false;
     }
-    buffered_.append(buf, *n);
     return true;
   }
 
@@ -544,12 +552,11 @@ class DirectExchange {
 
   // No length and no chunking: the body ends when the server closes.
   void ReadUntilClose() {
-    if (!Deliver(buffered_.data(), buffered_.size())) return;
-    buffered_.clear();
-    char buf[64 << 10];
     for (;;) {
-      const std::optional<size_t> n = RecvSome(buf, sizeof buf);
-      if (!n || *n == 0 || !Deliver(buf, *n)) return;
+      if (!Deliver(buffered_.data(), buffered_.size())) return;
+      buffered_.clear();
+      const std::optional<size_t> n = RecvMore();
+      if (!n || *n == 0) return;
     }
   }
 
