@@ -8,8 +8,9 @@ targets and writes results.json:
 
   - the test server's own ceiling: parallel 8 MiB range GETs straight to it
     (16 client processes, keep-alive), over HTTP and over HTTPS;
-  - memfs_ceiling (an in-memory FUSE server) as the FUSE ceiling and the shard
-    files in the local page cache as the loader's ceiling;
+  - memfs_ceiling (an in-memory FUSE server, the page cache dropped once it
+    holds the files) as the FUSE ceiling and the shard files in the local page
+    cache as the loader's ceiling;
   - each reader on each: safetensors.torch.load_file(device="cuda") per shard
     (cpu without CUDA; left out without safetensors+torch), the numpy mmap copy
     loader of bench/loader.py (W1), `cat` of the shards, and N concurrent
@@ -18,9 +19,10 @@ targets and writes results.json:
     in so the server sends from memory) over HTTP and over HTTPS (the test
     server's TLS with a throwaway CA made with the openssl CLI, -o ca_file);
   - CPU-seconds per GB moved (user + sys of the FUSE server process, from
-    /proc/PID/stat, over the reader's run) for tensorfs and memfs_ceiling, and
-    what each GB cost the whole machine (/proc/stat), with the bound that puts
-    on the concurrent readers;
+    /proc/PID/stat, over the reader's run) for tensorfs and memfs_ceiling, the
+    same past the first quarter of the bytes (what each further GB costs, once
+    tensorfs' chunk buffers are mapped), and what each GB cost the whole
+    machine (/proc/stat), with the bound that puts on the concurrent readers;
   - with --trace, each concurrent reader's range requests from tensorfs' debug
     log.
 
@@ -42,6 +44,7 @@ import ssl
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -166,6 +169,49 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def written_bytes(pid: int) -> int:
+    """What the process has written: a FUSE server's replies, all of its threads together."""
+    with open(f"/proc/{pid}/io") as f:
+        for line in f:
+            if line.startswith("wchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+class Sampler:
+    """Samples a FUSE server's (bytes replied, CPU-seconds) every 20 ms while a reader runs, for
+    its CPU per GB once the first quarter of the bytes has gone out: by then tensorfs' chunk
+    buffers are mapped (the kernel zeroes each fresh page, a cost paid once per mount, not per
+    GB) and what is left is what every further GB costs."""
+
+    def __init__(self, pid: int):
+        self.pid, self.samples, self.stop = pid, [], threading.Event()
+        self._sample()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _sample(self):
+        self.samples.append((written_bytes(self.pid), cpu_seconds(self.pid)))
+
+    def _run(self):
+        try:
+            while not self.stop.wait(0.02):
+                self._sample()
+        except OSError:  # the server is gone: the reader failed, steady() is not asked for
+            pass
+
+    def steady(self, total: int) -> float | None:
+        """CPU-s per GB from the first sample past total / 4 to the end; None if too few bytes."""
+        self.stop.set()
+        self.thread.join()
+        self._sample()
+        w0 = self.samples[0][0]
+        later = [(w - w0, c) for w, c in self.samples if w - w0 >= total // 4]
+        if len(later) < 2 or later[-1][0] - later[0][0] < total // 4:
+            return None
+        return (later[-1][1] - later[0][1]) / ((later[-1][0] - later[0][0]) / GB)
 
 
 def machine_jiffies() -> tuple[int, int]:
@@ -431,7 +477,7 @@ def main():
     server = subprocess.Popen(server_argv)
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
                "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
-               "busy": {}, "machine_cpu": {}, "server_cpu": {}}
+               "busy": {}, "machine_cpu": {}, "server_cpu": {}, "steady_cpu": {}}
     mounts = []
     try:
         deadline = time.monotonic() + 30
@@ -452,16 +498,19 @@ def main():
             results["server"][scheme] = {"gbps": n / s / GB, "cpu_s_per_gb": (cpu_seconds(server.pid) - before) / (n / GB)}
             log(f"server ceiling {scheme}: {n / s / GB:.2f} GB/s")
 
-        def measured(loader, paths_read):
-            """run_reader, with the share of all CPUs busy and the server's CPU-seconds over it."""
+        def measured(loader, paths_read, fuse_pid=None):
+            """run_reader, with the share of all CPUs busy and the server's CPU-seconds over it, and
+            the FUSE server's CPU-s per GB past the first quarter of the bytes."""
             busy0, total0 = machine_jiffies()
             server0 = cpu_seconds(server.pid)
+            sampler = Sampler(fuse_pid) if fuse_pid else None
             outcome = run_reader(loader, paths_read, args)
+            steady = sampler.steady(total_bytes) if sampler else None
             busy1, total1 = machine_jiffies()
-            return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0
+            return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0, steady
 
         def record(target, loader, measurement, cpu=None, rss=None):
-            outcome, busy, server_cpu = measurement
+            outcome, busy, server_cpu, steady = measurement
             if isinstance(outcome, str):
                 results["rates"].setdefault(target, {})[loader] = None
                 log(f"{target} {loader}: {outcome}")
@@ -470,6 +519,7 @@ def main():
             results["rates"].setdefault(target, {})[loader] = n / s / GB
             if cpu is not None:
                 results["cpu"].setdefault(target, {})[loader] = cpu / (n / GB)
+                results["steady_cpu"].setdefault(target, {})[loader] = steady
             if rss is not None:
                 results["rss"].setdefault(target, {})[loader] = rss
             results["busy"].setdefault(target, {})[loader] = busy
@@ -479,7 +529,8 @@ def main():
             if target.startswith("tensorfs"):
                 results["server_cpu"].setdefault(target, {})[loader] = server_cpu / (n / GB)
             log(f"{target} {loader}: {n / s / GB:.2f} GB/s" +
-                (f", {cpu / (n / GB):.3f} CPU-s/GB" if cpu is not None else "") + f", CPUs {busy:.0%} busy")
+                (f", {cpu / (n / GB):.3f} CPU-s/GB" if cpu is not None else "") +
+                (f" ({steady:.3f} past the first quarter)" if steady is not None else "") + f", CPUs {busy:.0%} busy")
 
         # The loader's ceiling: the shards in the local page cache.
         for loader in loaders:
@@ -492,8 +543,11 @@ def main():
             m = Mount([args.memfs, "-f", mnt, *paths], mnt, env, os.path.join(args.work, "memfs.log"))
             mounts.append(m)
             try:
+                # Its files are in its memory now: the page cache is dropped, as for tensorfs, so
+                # that both fill the same recycled pages.
+                drop_caches()
                 before = m.cpu()
-                measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
+                measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], m.proc.pid)
                 record("memfs", loader, measurement, m.cpu() - before)
             finally:
                 m.stop()
@@ -516,7 +570,8 @@ def main():
                 mounts.append(m)
                 try:
                     before = m.cpu()
-                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths])
+                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
+                                           m.proc.pid)
                     record(target, loader, measurement, m.cpu() - before, m.peak_rss())
                     if args.trace and loader == "readers":
                         m.log.flush()
@@ -548,6 +603,7 @@ def report(r, loaders):
              "cat": "cat", "readers": "concurrent readers (dd)"}
     targets = ["local", "memfs", "tensorfs-http", "tensorfs-https"]
     rate = lambda t, l: r["rates"].get(t, {}).get(l)
+    ratio = lambda a, b: None if a is None or b is None or b == 0 else a / b
     fmt = lambda v: "-" if v is None else f"{v:.2f}"
     print(f"\n{r['size'] / GB:.2f} GB in {r['shards']} shards, {r['nproc']} CPUs")
     print(f"server ceiling ({r['clients']} client processes, 8 MiB ranges): " +
@@ -560,6 +616,15 @@ def report(r, loaders):
     print("| --- | --- | --- | --- |")
     for l in loaders:
         print(f"| {names[l]} | " + " | ".join(fmt(r["cpu"].get(t, {}).get(l)) for t in targets[1:]) + " |")
+
+    steady = r.get("steady_cpu", {})
+    if steady:
+        print("\n| CPU-s per GB of the FUSE server past the first quarter of the bytes (buffers in place) "
+              "| memfs_ceiling | tensorfs http | tensorfs https | tensorfs http / memfs_ceiling |")
+        print("| --- | --- | --- | --- | --- |")
+        for l in loaders:
+            cells = [steady.get(t, {}).get(l) for t in targets[1:]]
+            print(f"| {names[l]} | " + " | ".join(fmt(v) for v in cells) + f" | {fmt(ratio(cells[1], cells[0]))} |")
 
     if r["rss"]:
         mib = lambda v: "-" if v is None else f"{v / (1 << 20):.0f}"
@@ -580,9 +645,6 @@ def report(r, loaders):
                 srv = r.get("server_cpu", {}).get(t, {}).get(l)
                 cells.append(cell + ("" if srv is None else f" ({srv:.2f})"))
             print(f"| {names[l]} | " + " | ".join(cells) + " |")
-
-    def ratio(a, b):
-        return None if a is None or b is None or b == 0 else a / b
 
     machine = r.get("machine_cpu", {})
     if machine:
@@ -608,6 +670,9 @@ def report(r, loaders):
     readers_bound(r)
     cpu = [v for v in r["cpu"].get("tensorfs-http", {}).values() if v is not None]
     line("CPU-s per GB over HTTP (worst reader)", max(cpu) if cpu else None, 0.5, higher=False)
+    past = [v for v in r.get("steady_cpu", {}).get("tensorfs-http", {}).values() if v is not None]
+    if past:
+        print(f"  - past the first quarter of the bytes: {min(past):.2f} to {max(past):.2f}")
     cpu_tls = [v for v in r["cpu"].get("tensorfs-https", {}).values() if v is not None]
     print(f"- CPU-s per GB over HTTPS (worst reader): {fmt(max(cpu_tls) if cpu_tls else None)} (reported)")
     if http_server:
