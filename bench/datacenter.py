@@ -199,19 +199,20 @@ class Sampler:
         try:
             while not self.stop.wait(0.02):
                 self._sample()
-        except OSError:  # the server is gone: the reader failed, steady() is not asked for
+        except OSError:  # the server is gone: the reader failed, finish() is not asked for
             pass
 
-    def steady(self, total: int) -> float | None:
-        """CPU-s per GB from the first sample past total / 4 to the end; None if too few bytes."""
+    def finish(self, total: int) -> tuple[float, float | None]:
+        """Stops sampling. The CPU-seconds over the whole run, and the CPU-s per GB from the first
+        sample past total / 4 to the end (None if too few bytes came after it)."""
         self.stop.set()
         self.thread.join()
         self._sample()
-        w0 = self.samples[0][0]
+        (w0, c0), c1 = self.samples[0], self.samples[-1][1]
         later = [(w - w0, c) for w, c in self.samples if w - w0 >= total // 4]
         if len(later) < 2 or later[-1][0] - later[0][0] < total // 4:
-            return None
-        return (later[-1][1] - later[0][1]) / ((later[-1][0] - later[0][0]) / GB)
+            return c1 - c0, None
+        return c1 - c0, (later[-1][1] - later[0][1]) / ((later[-1][0] - later[0][0]) / GB)
 
 
 def machine_jiffies() -> tuple[int, int]:
@@ -259,9 +260,6 @@ class Mount:
                 with open(log_path) as f:
                     raise RuntimeError(f"mount of {path} failed: {f.read()[-2000:]}")
             time.sleep(0.05)
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.proc.pid)
 
     def peak_rss(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as f:
@@ -500,17 +498,18 @@ def main():
 
         def measured(loader, paths_read, fuse_pid=None):
             """run_reader, with the share of all CPUs busy and the server's CPU-seconds over it, and
-            the FUSE server's CPU-s per GB past the first quarter of the bytes."""
+            given a FUSE server, its CPU-seconds over it and CPU-s per GB past the first quarter of
+            the bytes."""
             busy0, total0 = machine_jiffies()
             server0 = cpu_seconds(server.pid)
             sampler = Sampler(fuse_pid) if fuse_pid else None
             outcome = run_reader(loader, paths_read, args)
-            steady = sampler.steady(total_bytes) if sampler else None
+            cpu, steady = sampler.finish(total_bytes) if sampler else (None, None)
             busy1, total1 = machine_jiffies()
-            return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0, steady
+            return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0, cpu, steady
 
-        def record(target, loader, measurement, cpu=None, rss=None):
-            outcome, busy, server_cpu, steady = measurement
+        def record(target, loader, measurement, rss=None):
+            outcome, busy, server_cpu, cpu, steady = measurement
             if isinstance(outcome, str):
                 results["rates"].setdefault(target, {})[loader] = None
                 log(f"{target} {loader}: {outcome}")
@@ -546,9 +545,8 @@ def main():
                 # Its files are in its memory now: the page cache is dropped, as for tensorfs, so
                 # that both fill the same recycled pages.
                 drop_caches()
-                before = m.cpu()
                 measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], m.proc.pid)
-                record("memfs", loader, measurement, m.cpu() - before)
+                record("memfs", loader, measurement)
             finally:
                 m.stop()
                 mounts.remove(m)
@@ -569,10 +567,9 @@ def main():
                           os.path.join(args.work, f"{target}.log"))
                 mounts.append(m)
                 try:
-                    before = m.cpu()
                     measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
                                            m.proc.pid)
-                    record(target, loader, measurement, m.cpu() - before, m.peak_rss())
+                    record(target, loader, measurement, m.peak_rss())
                     if args.trace and loader == "readers":
                         m.log.flush()
                         rows = request_timeline(m.log.name, slices(paths, args.readers))
