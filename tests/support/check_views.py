@@ -580,6 +580,10 @@ def main(argv=None):
     ap.add_argument("--layer-regex", help="the mount's -o layer_regex, if it has one")
     ap.add_argument("--mmap-loader", action="store_true",
                     help="also read every file through numpy.memmap (done anyway for files up to 64 MiB)")
+    ap.add_argument("--min-files", type=int, default=1,
+                    help="fail when any view has fewer files checked than this (default 1)")
+    ap.add_argument("--min-tensors", type=int, default=1,
+                    help="fail when fewer tensors were checked in all (default 1)")
     a = ap.parse_args(argv)
     t0 = time.time()
     views = [v for v in a.views.split(",") if v] if a.views else list(ref.VIEWS)
@@ -615,10 +619,16 @@ def main(argv=None):
             except OSError as e:
                 rep.error("%s/%s" % (v, name), "stat failed: %s" % e)
 
-    # 2. contents
+    # 2. contents; an empty source or view checks nothing, which is a failure,
+    # not a pass
     for v in views:
+        files_before = rep.files
         if stats[v]:
             check_view_dir(rep, src, a.mount, v, expected[v], stats[v], a.mmap_loader, expect_layers, qz)
+        if rep.files - files_before < a.min_files:
+            rep.error(v, "%d files checked, fewer than the %d expected" % (rep.files - files_before, a.min_files))
+    if rep.tensors < a.min_tensors:
+        rep.error("all views", "%d tensors checked, fewer than the %d expected" % (rep.tensors, a.min_tensors))
 
     status = "OK" if rep.errors == 0 else "%d mismatch%s" % (rep.errors, "" if rep.errors == 1 else "es")
     print("views %s checked in %.1fs" % (",".join(views), time.time() - t0))

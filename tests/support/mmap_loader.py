@@ -3,9 +3,13 @@
 safetensors' own loader does: mmap the file, parse the header, copy each tensor
 out of the mapping. With --compare DIR it checks every tensor's bytes against
 the same file under DIR (read with plain read()), and every other file byte for
-byte. Prints one line per file and a summary; exits 1 on any mismatch.
+byte, and that every file under DIR is present in the mount. Prints one line per
+file and a summary; exits 1 on any mismatch, on a missing file, and when fewer
+than --min-tensors tensors (default 1) or --min-bytes bytes were loaded, so an
+empty or half-listed mount never passes.
 
   mmap_loader.py MOUNTED_DIR [--compare SOURCE_DIR] [--order storage|random]
+                 [--min-tensors N] [--min-bytes N]
 """
 import argparse
 import hashlib
@@ -75,9 +79,12 @@ def main():
     parser.add_argument("--compare", help="source directory to check the bytes against")
     parser.add_argument("--order", choices=["storage", "random"], default="storage")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--min-tensors", type=int, default=1, help="fail when fewer tensors were loaded")
+    parser.add_argument("--min-bytes", type=int, default=1, help="fail when fewer tensor bytes were loaded")
     args = parser.parse_args()
 
     failures = 0
+    seen = set()
     total_tensors = 0
     total_bytes = 0
     started = time.monotonic()
@@ -89,6 +96,7 @@ def main():
         for name in sorted(files):
             path = os.path.join(root, name)
             rel = os.path.relpath(path, args.dir)
+            seen.add(rel)
             if name.endswith(".safetensors"):
                 digests, copied = load_file(path, args.order, args.seed)
                 total_tensors += len(digests)
@@ -104,9 +112,25 @@ def main():
                 failures += not ok
                 print(f"{rel}: {'same bytes as the source' if ok else 'MISMATCH with the source'}")
     seconds = time.monotonic() - started
+    missing = []
+    if args.compare:
+        for root, _, files in os.walk(args.compare):
+            for name in files:
+                rel = os.path.relpath(os.path.join(root, name), args.compare)
+                if rel not in seen:
+                    missing.append(rel)
+    for rel in sorted(missing):
+        print(f"{rel}: MISSING from the mount")
     print(f"loaded {total_tensors} tensors, {total_bytes / 1e6:.1f} MB in {seconds:.2f} s; "
-          f"{failures} mismatches")
-    return 1 if failures else 0
+          f"{failures} mismatches, {len(missing)} missing")
+    too_few = []
+    if total_tensors < args.min_tensors:
+        too_few.append(f"{total_tensors} tensors loaded, fewer than the {args.min_tensors} expected")
+    if total_bytes < args.min_bytes:
+        too_few.append(f"{total_bytes} bytes loaded, fewer than the {args.min_bytes} expected")
+    for line in too_few:
+        print(line)
+    return 1 if failures or missing or too_few else 0
 
 
 if __name__ == "__main__":
