@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstring>
+#include <iostream>
+#include <random>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -33,6 +35,23 @@ using testing::TensorfsBinary;
 using testing::TensorfsMount;
 
 constexpr char kShard[] = "llama/model-00001-of-00002.safetensors";
+// An object that the replacement tests swap for other bytes: large enough that
+// a mount with a 32 MiB cache and an 8 MiB prefetch window has not fetched its
+// second half when only its head was read.
+constexpr char kReplaced[] = "replaced/blob.bin";
+constexpr size_t kReplacedSize = 64 << 20;
+constexpr char kSmallCacheOptions[] =
+    "retry_deadline=20,stall_timeout=2,cache_size=32M,chunk_size=1M,max_fetches=4,prefetch_window=8M";
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n, '\0');
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(&s[i], &v, 8);
+  }
+  return s;
+}
 
 // Reads a whole file with read(); returns errno on failure.
 int ReadFile(const std::string& path, std::string* out) {
@@ -59,6 +78,9 @@ class GcsMountTest : public ::testing::Test {
     for (const char* name : {"with space.txt", "ünïcødé.json", "hash#1", "q?x", "pct%20", "plus+1", "a/b/c.txt"}) {
       WriteFile(bucket + "/odd/" + name, std::string("content of ") + name);
     }
+    replaced_old_ = new std::string(RandomBytes(kReplacedSize, 1));
+    replaced_new_ = new std::string(RandomBytes(kReplacedSize, 2));
+    WriteFile(bucket + "/" + kReplaced, *replaced_old_);
     for (int i = 0; i < 1100; ++i) {
       char name[32];
       std::snprintf(name, sizeof name, "/many/f%04d", i);
@@ -71,6 +93,8 @@ class GcsMountTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete server_;
     delete data_;
+    delete replaced_old_;
+    delete replaced_new_;
   }
   void SetUp() override {
     if (!server_->running()) {
@@ -91,9 +115,13 @@ class GcsMountTest : public ::testing::Test {
 
   static testing::TempDir* data_;
   static GcsTestServer* server_;
+  static std::string* replaced_old_;  // kReplaced as mounted
+  static std::string* replaced_new_;  // what the replacement tests upload over it
 };
 testing::TempDir* GcsMountTest::data_ = nullptr;
 GcsTestServer* GcsMountTest::server_ = nullptr;
+std::string* GcsMountTest::replaced_old_ = nullptr;
+std::string* GcsMountTest::replaced_new_ = nullptr;
 
 TEST_F(GcsMountTest, EveryFileReadsLikeTheSourceByReadAndMmap) {
   auto mount = Mount();
@@ -207,27 +235,81 @@ TEST_F(GcsMountTest, ServerDownMidReadGivesEioThenRecovers) {
   ::close(fd);
 }
 
-TEST_F(GcsMountTest, ReplacedObjectGivesStaleNeverMixedBytes) {
-  auto mount = Mount();
+// An fd opened on the mounted version; the object is replaced; the bytes the
+// fd then asks for are in neither tensorfs's cache nor the page cache, so they
+// must come from the server, whose version is gone: ESTALE, never the new bytes.
+TEST_F(GcsMountTest, ReplacedObjectReadsAsStaleWhereItsBytesAreNotCached) {
+  auto mount = Mount(kSmallCacheOptions);
   ASSERT_NE(mount, nullptr);
-  std::string rel = "llama/model-00002-of-00002.safetensors";
-  std::string original = ReadWhole(Src(rel));
-  int fd = ::open((mount->path() + "/" + rel).c_str(), O_RDONLY);
+  const std::string& original = *replaced_old_;
+  int fd = ::open((mount->path() + "/" + kReplaced).c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
-  char head[4096];
-  ASSERT_EQ(::pread(fd, head, sizeof head, 0), 4096);
-  std::string replacement(original.size(), 'R');
-  ASSERT_TRUE(server_->Upload("ckpt", rel, replacement));
-  std::vector<char> buf(8192);
-  ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(original.size() / 2));
-  if (n < 0) {
-    EXPECT_EQ(errno, ESTALE);
-  } else {  // served from the page cache: must be the old version
-    EXPECT_EQ(std::string(buf.data(), static_cast<size_t>(n)), original.substr(original.size() / 2, n));
+  std::vector<char> buf(64 << 10);
+  ASSERT_EQ(::pread(fd, buf.data(), 4096, 0), 4096);
+  EXPECT_EQ(std::string(buf.data(), 4096), original.substr(0, 4096));
+  ASSERT_TRUE(server_->Upload("ckpt", kReplaced, *replaced_new_)) << server_->last_error();
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  const off_t tail = static_cast<off_t>(kReplacedSize - buf.size());
+  errno = 0;
+  const ssize_t n = ::pread(fd, buf.data(), buf.size(), tail);
+  const int err = errno;
+  ::close(fd);
+  EXPECT_EQ(n, -1) << (n > 0 && std::string(buf.data(), static_cast<size_t>(n)) == replaced_new_->substr(tail, n)
+                           ? "the new version's bytes"
+                           : "bytes") << " instead of ESTALE";
+  EXPECT_EQ(err, ESTALE) << std::strerror(err) << "\n" << mount->Log();
+  EXPECT_THAT(mount->Log(), HasSubstr("changed while mounted"));
+  ASSERT_TRUE(server_->Upload("ckpt", kReplaced, original));  // for the other tests
+}
+
+// The whole object read block by block after it was replaced, its head having
+// been read before: every block that reads is the old version's bytes at that
+// offset, none is the new version's or a mix; the rest is ESTALE.
+TEST_F(GcsMountTest, ReplacedObjectNeverReadsAsAMixOfOldAndNewBytes) {
+  auto mount = Mount(kSmallCacheOptions);
+  ASSERT_NE(mount, nullptr);
+  const std::string& old_bytes = *replaced_old_;
+  const std::string& new_bytes = *replaced_new_;
+  int fd = ::open((mount->path() + "/" + kReplaced).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  constexpr size_t kBlock = 64 << 10;
+  std::vector<char> buf(kBlock);
+  for (size_t off = 0; off < (4u << 20); off += kBlock) {
+    ASSERT_EQ(::pread(fd, buf.data(), kBlock, static_cast<off_t>(off)), static_cast<ssize_t>(kBlock));
+    ASSERT_EQ(std::memcmp(buf.data(), old_bytes.data() + off, kBlock), 0) << "at " << off;
+  }
+  ASSERT_TRUE(server_->Upload("ckpt", kReplaced, new_bytes)) << server_->last_error();
+  ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+  int old_blocks = 0, stale_blocks = 0, other_errors = 0;
+  std::vector<std::string> wrong;  // blocks that are not wholly the old version
+  for (size_t off = 0; off < kReplacedSize; off += kBlock) {
+    const ssize_t n = ::pread(fd, buf.data(), kBlock, static_cast<off_t>(off));
+    if (n < 0) {
+      (errno == ESTALE ? stale_blocks : other_errors) += 1;
+      continue;
+    }
+    if (n != static_cast<ssize_t>(kBlock)) {
+      wrong.push_back("short read of " + std::to_string(n) + " at " + std::to_string(off));
+      continue;
+    }
+    size_t from_old = 0, from_new = 0;
+    for (size_t i = 0; i < kBlock; ++i) {
+      from_old += buf[i] == old_bytes[off + i];
+      from_new += buf[i] == new_bytes[off + i];
+    }
+    if (from_old == kBlock) {
+      ++old_blocks;
+    } else {
+      wrong.push_back("block at " + std::to_string(off) + ": " + std::to_string(from_old) + " bytes of the old version, " +
+                      std::to_string(from_new) + " of the new");
+    }
   }
   ::close(fd);
-  // Put the original back for the other tests.
-  ASSERT_TRUE(server_->Upload("ckpt", rel, original));
+  EXPECT_TRUE(wrong.empty()) << wrong.size() << " blocks, the first: " << wrong.front();
+  EXPECT_EQ(other_errors, 0) << mount->Log();
+  EXPECT_GE(stale_blocks, 1) << "the uncached part of the old version cannot be served";
+  std::cout << old_blocks << " blocks read as the old version, " << stale_blocks << " as ESTALE\n";
+  ASSERT_TRUE(server_->Upload("ckpt", kReplaced, old_bytes));  // for the other tests
 }
 
 // Credentials through the mount: a service-account key whose signed JWT the
@@ -276,12 +358,14 @@ TEST(GcsMountPlanTest, MmapLoaderIssuesNoMoreRequestsThanThePlan) {
   ASSERT_NE(mount, nullptr) << error;
   ASSERT_TRUE(server->ResetStats());
 
-  auto result = RunCommand("/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " + mount->path() +
-                           " --compare " + data.path() + "/bkt/m");
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-
   auto header = ParseSafetensorsFile("model.safetensors", std::as_bytes(std::span(bytes)));
   ASSERT_TRUE(header.ok());
+  auto result = RunCommand("/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " + mount->path() +
+                           " --compare " + data.path() + "/bkt/m --min-tensors " +
+                           std::to_string(header->tensors.size()) + " --min-bytes " +
+                           std::to_string(header->data_size()));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+
   ChunkPlan plan = ChunkPlan::ForSafetensors(*header, bytes.size(), 256 << 10, 1 << 20);
   auto stats = server->Stats();
   int media = stats["media_requests"].get<int>();
@@ -289,6 +373,7 @@ TEST(GcsMountPlanTest, MmapLoaderIssuesNoMoreRequestsThanThePlan) {
   // tensor shows a whole-tensor reader, it comes in a few pieces that double.
   EXPECT_LE(media, static_cast<int>(plan.size()) + 4 + 8) << "plan has " << plan.size() << " chunks";
   EXPECT_LE(stats["bytes_served"].get<uint64_t>(), fsys::file_size(shard) + (1 << 20));
+  EXPECT_GE(stats["bytes_served"].get<uint64_t>(), header->data_size()) << "every tensor came through the mount";
   EXPECT_GE(bytes.size(), 30u << 20) << "a file large enough to matter";
 }
 

@@ -3,7 +3,10 @@
 // is a symbolic link to the built binary (created if absent, removed after);
 // the tests hold the ctest resource lock "sbin_mount_tensorfs" and, against
 // test runs in other build directories, an flock on kMachineLock (which the
-// .deb test, installing the real helper, takes too).
+// .deb test, installing the real helper, takes too). Holding that lock, a link
+// to another build's binary is what a killed test run left: it is replaced. A
+// helper installed by a package (a file, or a link into /usr) fails the tests
+// rather than skipping them: a machine that runs the suite must not have one.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -15,6 +18,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -52,11 +56,13 @@ void Umount(const std::string& path, const std::string& source) {
   auto result = RunCommand("umount " + path);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_FALSE(IsMounted(path));
-  for (int i = 0; i < 100; ++i) {
+  // 60 s only catch a hang.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
     if (RunCommand("pgrep -f 'mount[.]tensorfs " + source + " '").exit_code != 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ADD_FAILURE() << "tensorfs still runs 2 s after umount";
+  ADD_FAILURE() << "tensorfs still runs 60 s after umount";
 }
 
 class MountCommandTest : public ::testing::Test {
@@ -67,11 +73,20 @@ class MountCommandTest : public ::testing::Test {
     ASSERT_EQ(::flock(lock_fd_, LOCK_EX), 0) << std::strerror(errno);
     std::error_code ec;
     if (fsys::is_symlink(kHelper, ec)) {
-      if (fsys::read_symlink(kHelper, ec) != TensorfsBinary()) {
-        GTEST_SKIP() << kHelper << " exists and is not ours (an installed package?): not replacing it";
+      const fsys::path target = fsys::read_symlink(kHelper, ec);
+      if (target.string().rfind("/usr/", 0) == 0) {
+        FAIL() << kHelper << " -> " << target.string() << " belongs to an installed tensorfs package: "
+               << "remove the package (or the link) before running the tests";
+      }
+      if (target != TensorfsBinary()) {
+        // Under the machine lock no other test uses it: a killed run left it.
+        std::cerr << kHelper << " -> " << target.string() << " was left by another test run: replacing it\n";
+        ASSERT_EQ(::unlink(kHelper), 0) << std::strerror(errno);
+        ASSERT_EQ(::symlink(TensorfsBinary().c_str(), kHelper), 0) << std::strerror(errno);
       }
     } else if (fsys::exists(kHelper, ec)) {
-      GTEST_SKIP() << kHelper << " exists and is not ours: not replacing it";
+      FAIL() << kHelper << " is a file, not this build's link (an installed tensorfs package?): "
+             << "remove it before running the tests";
     } else {
       ASSERT_EQ(::symlink(TensorfsBinary().c_str(), kHelper), 0) << std::strerror(errno);
     }
