@@ -11,6 +11,8 @@
 #include <random>
 #include <vector>
 
+#include "tests/core/views/views_reference_data.h"
+
 namespace tensorfs::quant {
 namespace {
 
@@ -82,6 +84,17 @@ TEST(DynamicCodeTest, HoldsZeroAndOneButNotMinusOne) {
 TEST(DynamicCodeTest, IsSymmetricBelowOne) {
   const std::array<float, 256>& code = DynamicCode();
   for (size_t i = 0; i < 255; ++i) EXPECT_EQ(code[i], -code[254 - i]) << i;
+}
+
+// All 256 entries, bit for bit, against the numpy reference's
+// create_dynamic_map (bitsandbytes' algorithm, evaluated in float32 as torch
+// does), exported into views_reference_data.h.
+TEST(DynamicCodeTest, EqualsBitsandbytesMapEntryForEntry) {
+  const std::array<float, 256>& code = DynamicCode();
+  for (size_t i = 0; i < code.size(); ++i) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(code[i]), reference::kDynamicMapBits[i])
+        << "entry " << i << ": " << code[i] << ", expected " << FromBits(reference::kDynamicMapBits[i]);
+  }
 }
 
 TEST(DynamicCodeTest, SpotValuesAreFloat32Arithmetic) {

@@ -8,13 +8,16 @@
 
 #include <cstring>
 #include <future>
+#include <map>
 
 #include "core/safetensors/header.h"
 #include "core/views/quantize.h"
 #include "core/vfs/namespace.h"
+#include "tests/core/views/views_reference_data.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
+#include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
 namespace {
@@ -85,10 +88,16 @@ class ViewsTest : public ::testing::Test {
     return out;
   }
 
-  // Waits until no fetch has started or run for 100 ms.
+  // Waits until no fetch has started or run for 100 ms; fails the test if the
+  // fetches never stop (60 s, which only a runaway prefetch takes).
   void WaitIdle() {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     size_t seen = recorded_.reads().size();
     for (int quiet = 0; quiet < 10;) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        ADD_FAILURE() << "fetches still starting after 60 s";
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       const size_t now = recorded_.reads().size();
       quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
@@ -253,48 +262,35 @@ TEST_F(ViewsTest, PerTensorFilesAreSingleTensorCheckpoints) {
   }
 }
 
-// Segments split a tensor's computation; the result must not depend on where.
-TEST_F(ViewsTest, QuantizedTensorsEqualOneWholeTensorComputation) {
-  testing::ModelSpec spec{.hidden = 96, .intermediate = 200, .dtype = Dtype::BF16};
-  Put(spec, 2);
-  Mount({kAllViews.begin(), kAllViews.end()}, /*segment_bytes=*/1000);  // many segments per tensor
-  const std::string name = "model.layers.1.mlp.down_proj.weight";
-  const std::string source = testing::ExpectedTensorBytes(name, Dtype::BF16, 96 * 200 * 2);
-  std::vector<float> x(96 * 200);
-  quant::DecodeFloats(Dtype::BF16, std::as_bytes(std::span(source)), x);
-
-  std::vector<uint8_t> packed((x.size() + 1) / 2);
-  std::vector<float> absmax((x.size() + 63) / 64);
-  quant::QuantizeNf4(x, 64, packed, absmax);
-  auto nf4 = Tensors("m/splitted_model.4bit/model.layers.1.safetensors");
-  EXPECT_EQ(nf4[name].second, std::string(reinterpret_cast<const char*>(packed.data()), packed.size()));
-  EXPECT_EQ(nf4[name + ".4bit.absmax"].second,
-            std::string(reinterpret_cast<const char*>(absmax.data()), absmax.size() * 4));
-  EXPECT_EQ(nf4[name].first.shape, (std::vector<uint64_t>{(x.size() + 1) / 2, 1}));
-  EXPECT_THAT(nf4[name + ".4bit.quant_state.bitsandbytes__nf4"].second,
-              HasSubstr("\"dtype\": \"bfloat16\", \"shape\": [96, 200]"));
-
-  std::vector<uint8_t> codes(x.size());
-  std::vector<float> absmax8((x.size() + 2047) / 2048);
-  quant::QuantizeBlockwise8(x, 2048, codes, absmax8);
-  auto b8 = Tensors("m/splitted_model.8bit/model.layers.1.safetensors");
-  EXPECT_EQ(b8[name].second, std::string(reinterpret_cast<const char*>(codes.data()), codes.size()));
-  EXPECT_EQ(b8[name + ".8bit.absmax"].second,
-            std::string(reinterpret_cast<const char*>(absmax8.data()), absmax8.size() * 4));
-
-  std::vector<int8_t> rows(x.size());
-  std::vector<float> scb(96);
-  for (size_t r = 0; r < 96; ++r) {
-    scb[r] = quant::QuantizeRowInt8(std::span<const float>(x).subspan(r * 200, 200),
-                                    std::span<int8_t>(rows).subspan(r * 200, 200));
+// Every tensor of the quantized views of two small single-file checkpoints
+// equals what the numpy reference computed (tests/support/views_reference.py,
+// exported by export_views_reference.py into views_reference_data.h), whether
+// a tensor's computation is one segment or split into many.
+TEST_F(ViewsTest, QuantizedViewsEqualTheNumpyReferenceWhateverTheSegments) {
+  for (const reference::ReferenceFile& f : reference::kLlamaFiles) store_.Put("m/" + std::string(f.name), std::string(f.bytes));
+  for (const uint64_t segment_bytes : {uint64_t{4} << 20, uint64_t{1000}}) {
+    SCOPED_TRACE("segment_bytes " + std::to_string(segment_bytes));
+    Mount({kAllViews.begin(), kAllViews.end()}, segment_bytes);
+    std::map<std::string, std::map<std::string, std::pair<TensorInfo, std::string>>> files;
+    size_t checked = 0;
+    for (const reference::ReferenceTensor& t : reference::kLlamaViewTensors) {
+      const std::string file(t.file);
+      if (!files.contains(file)) files[file] = Tensors("m/" + file);
+      auto it = files[file].find(std::string(t.tensor));
+      ASSERT_NE(it, files[file].end()) << file << " lacks " << t.tensor;
+      EXPECT_TRUE(testing::SameBytes(it->second.second, std::string(t.bytes))) << file << ": " << t.tensor;
+      ++checked;
+    }
+    EXPECT_GE(checked, 25u);
+    // Nothing beyond what the reference lists, either.
+    for (const auto& [file, tensors] : files) {
+      size_t listed = 0;
+      for (const reference::ReferenceTensor& t : reference::kLlamaViewTensors) listed += t.file == file;
+      EXPECT_EQ(tensors.size(), listed) << file;
+    }
+    ns_.reset();
+    engine_.reset();
   }
-  auto int8 = Tensors("m/@bnb-int8/model-00002-of-00002.safetensors");
-  if (int8.empty() || !int8.contains(name)) int8 = Tensors("m/@bnb-int8/model-00001-of-00002.safetensors");
-  ASSERT_TRUE(int8.contains(name));
-  EXPECT_EQ(int8[name].first.dtype, Dtype::I8);
-  EXPECT_EQ(int8[name].second, std::string(reinterpret_cast<const char*>(rows.data()), rows.size()));
-  EXPECT_EQ(int8["model.layers.1.mlp.down_proj.SCB"].second,
-            std::string(reinterpret_cast<const char*>(scb.data()), scb.size() * 4));
 }
 
 TEST_F(ViewsTest, BnbViewsQuantizeOnlyBlockWeights) {
@@ -329,7 +325,7 @@ TEST_F(ViewsTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
     const uint64_t before = metrics_.bytes_fetched.load();
     ASSERT_TRUE(ReadAll(Path("m/" + view + "/model.layers.2.safetensors")).ok());
     // Let prefetches already issued land before counting.
-    while (metrics_.fetches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    WaitIdle();
     const uint64_t fetched = metrics_.bytes_fetched.load() - before;
     EXPECT_GE(fetched, layer_bytes) << view;
     EXPECT_LE(fetched, layer_bytes * 11 / 10) << view << ": fetched " << fetched << " for a layer of " << layer_bytes;
@@ -427,35 +423,35 @@ TEST_F(ViewsTest, CorruptShardBreaksOnlyTheFilesThatNeedIt) {
 }
 
 // GPT-2 keeps its projections in Conv1D modules, stored [in, out];
-// transformers quantizes them as the [out, in] weight of a Linear layer.
+// transformers quantizes them as the [out, in] weight of a Linear layer. The
+// bytes are the numpy reference's, which quantizes the transpose.
 TEST_F(ViewsTest, Conv1dWeightsAreQuantizedTransposed) {
-  testing::ModelSpec spec{.arch = testing::Arch::kGpt2, .dtype = Dtype::F32};
-  Put(spec, 1);
+  for (const reference::ReferenceFile& f : reference::kGpt2Files) store_.Put("m/" + std::string(f.name), std::string(f.bytes));
   Mount();
-  const std::string name = "transformer.h.1.mlp.c_fc.weight";  // [hidden, intermediate] = [in, out]
-  const uint64_t in = spec.hidden;
-  const uint64_t out = spec.intermediate;
-  const std::string source = testing::ExpectedTensorBytes(name, Dtype::F32, in * out * 4);
-  std::vector<float> stored(in * out);
-  std::memcpy(stored.data(), source.data(), source.size());
-  std::vector<int8_t> rows(in * out);
-  std::vector<float> scb(out);
-  std::vector<float> row(in);
-  for (uint64_t o = 0; o < out; ++o) {
-    for (uint64_t i = 0; i < in; ++i) row[i] = stored[i * out + o];
-    scb[o] = quant::QuantizeRowInt8(row, std::span<int8_t>(rows).subspan(o * in, in));
+  const std::string name = "transformer.h.0.mlp.c_fc.weight";  // [in, out] = [12, 20]
+  const uint64_t in = 12;
+  const uint64_t out = 20;
+  std::map<std::string, std::map<std::string, std::pair<TensorInfo, std::string>>> files;
+  size_t checked = 0;
+  for (const reference::ReferenceTensor& t : reference::kGpt2ViewTensors) {
+    const std::string file(t.file);
+    if (!files.contains(file)) files[file] = Tensors("m/" + file);
+    auto it = files[file].find(std::string(t.tensor));
+    ASSERT_NE(it, files[file].end()) << file << " lacks " << t.tensor;
+    EXPECT_TRUE(testing::SameBytes(it->second.second, std::string(t.bytes))) << file << ": " << t.tensor;
+    ++checked;
   }
-  auto int8 = Tensors("m/@bnb-int8/model.safetensors");
+  EXPECT_GE(checked, 15u);
+  auto& int8 = files["@bnb-int8/model.safetensors"];
   ASSERT_TRUE(int8.contains(name));
+  EXPECT_EQ(int8[name].first.dtype, Dtype::I8);
   EXPECT_EQ(int8[name].first.shape, (std::vector<uint64_t>{out, in}));
-  EXPECT_EQ(int8[name].second, std::string(reinterpret_cast<const char*>(rows.data()), rows.size()));
-  EXPECT_EQ(int8["transformer.h.1.mlp.c_fc.SCB"].second,
-            std::string(reinterpret_cast<const char*>(scb.data()), scb.size() * 4));
-  auto nf4 = Tensors("m/@bnb-nf4/model.safetensors");
+  EXPECT_EQ(int8["transformer.h.0.mlp.c_fc.SCB"].first.shape, (std::vector<uint64_t>{out}));
+  auto& nf4 = files["@bnb-nf4/model.safetensors"];
   EXPECT_THAT(nf4[name + ".quant_state.bitsandbytes__nf4"].second,
               HasSubstr("\"shape\": [" + std::to_string(out) + ", " + std::to_string(in) + "]"));
   // The AirLLM layout keeps the stored orientation.
-  auto split = Tensors("m/splitted_model.4bit/transformer.h.1.safetensors");
+  auto& split = files["splitted_model.4bit/transformer.h.0.safetensors"];
   EXPECT_THAT(split[name + ".4bit.quant_state.bitsandbytes__nf4"].second,
               HasSubstr("\"shape\": [" + std::to_string(in) + ", " + std::to_string(out) + "]"));
 }
