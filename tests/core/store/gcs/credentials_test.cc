@@ -411,8 +411,11 @@ TEST(CachingCredentialsTest, ConcurrentCallersShareOneRefresh) {
   Mutex mu;
   CondVar cv;
   bool release = false;
+  bool refreshing = false;
   auto fetcher = std::make_unique<ScriptedFetcher>([&](int call) {
     MutexLock lock(mu);
+    refreshing = true;
+    cv.NotifyAll();
     cv.Wait(mu, [&]() REQUIRES(mu) { return release; });
     return AccessToken{"t" + std::to_string(call), std::chrono::seconds(3600)};
   });
@@ -420,12 +423,20 @@ TEST(CachingCredentialsTest, ConcurrentCallersShareOneRefresh) {
   CachingCredentials creds(std::move(fetcher));
   std::vector<std::thread> threads;
   std::vector<std::string> got(16);
+  size_t calling = 0;  // GUARDED_BY(mu)
   for (size_t i = 0; i < got.size(); ++i) {
-    threads.emplace_back([&, i] { got[i] = creds.AuthorizationHeader().value(); });
+    threads.emplace_back([&, i] {
+      {
+        MutexLock lock(mu);
+        ++calling;
+      }
+      cv.NotifyAll();
+      got[i] = creds.AuthorizationHeader().value();
+    });
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let them pile up behind the refresh
-  {
+  {  // every caller has come, and one of them holds the refresh open
     MutexLock lock(mu);
+    cv.Wait(mu, [&]() REQUIRES(mu) { return refreshing && calling == got.size(); });
     release = true;
   }
   cv.NotifyAll();
