@@ -107,7 +107,8 @@ std::unique_ptr<TensorfsMount> TensorfsMount::Start(const std::string& source,
     ::_exit(127);
   }
   mount->pid_ = pid;
-  for (int i = 0; i < 200; ++i) {
+  // 60 s only catch a hang: a loaded machine may take seconds to mount.
+  for (int i = 0; i < 1200; ++i) {
     if (IsMounted(mount->path())) return mount;
     int status;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
@@ -117,7 +118,7 @@ std::unique_ptr<TensorfsMount> TensorfsMount::Start(const std::string& source,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  if (error) *error = "tensorfs did not mount within 10 s: " + mount->Log();
+  if (error) *error = "tensorfs did not mount within 60 s: " + mount->Log();
   return nullptr;  // the destructor cleans up
 }
 

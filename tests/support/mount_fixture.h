@@ -56,7 +56,7 @@ bool IsMounted(const std::string& path);
 
 class TensorfsMount {
  public:
-  // Runs `tensorfs SOURCE MOUNTPOINT -f ARGS...` and waits up to 10 s for the
+  // Runs `tensorfs SOURCE MOUNTPOINT -f ARGS...` and waits up to 60 s for the
   // mount. Returns nullptr and sets *error (with tensorfs's output) on failure.
   static std::unique_ptr<TensorfsMount> Start(const std::string& source,
                                               const std::vector<std::string>& args, std::string* error);
