@@ -23,7 +23,7 @@ namespace {
 
 constexpr char kPython[] = "/usr/bin/python3";
 constexpr char kScript[] = TENSORFS_SOURCE_DIR "/tests/support/gcs_test_server.py";
-constexpr auto kStartTimeout = std::chrono::seconds(10);
+constexpr auto kStartTimeout = std::chrono::seconds(60);  // only a hung start takes this long
 constexpr auto kStopGrace = std::chrono::seconds(2);
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 

@@ -43,7 +43,7 @@ struct GcsTestServerOptions {
 
 class GcsTestServer {
  public:
-  // Starts the server on an ephemeral port and waits (up to 10 s) until it
+  // Starts the server on an ephemeral port and waits (up to 60 s) until it
   // answers /_control/health. On failure returns nullptr and, if `error` is
   // given, says why (for ASSERT_NE(server, nullptr) << error).
   static std::unique_ptr<GcsTestServer> Start(GcsTestServerOptions options, std::string* error = nullptr);
