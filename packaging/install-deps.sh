@@ -16,6 +16,13 @@ packages=(
   "$@"
 )
 
+# Users other than root mount FUSE through libfuse, which opens /dev/fuse itself
+# before handing the mount to fusermount3: Debian's udev makes it 0666, a
+# container without udev may leave it 0600 (the unprivileged mount tests need it).
+if [[ -c /dev/fuse && $(stat -c %a /dev/fuse) != 666 && $(id -u) -eq 0 ]]; then
+  chmod 0666 /dev/fuse
+fi
+
 missing=()
 for p in "${packages[@]}"; do
   status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
