@@ -185,6 +185,8 @@ CONTROL API (not GCS; never shaped, faulted or counted)
     status_codes        {"200": N, "206": N, ...} over storage, token and metadata
                         responses
     faults_applied      how many requests a fault rule was applied to
+    requests_in_progress  requests other than the control API's being answered now,
+                        whose counters may still change (not zeroed by a reset)
 
 LINK EMULATION
 
@@ -663,7 +665,16 @@ class Stats:
 
     def __init__(self):
         self._lock = threading.Lock()
+        self._in_progress = 0  # a gauge: reset() leaves it alone
         self.reset()
+
+    def begin(self):
+        with self._lock:
+            self._in_progress += 1
+
+    def end(self):
+        with self._lock:
+            self._in_progress -= 1
 
     def reset(self):
         with self._lock:
@@ -694,6 +705,7 @@ class Stats:
             out["ranges"] = list(self._ranges)
             out["auth_headers"] = dict(self._auth)
             out["status_codes"] = dict(self._codes)
+            out["requests_in_progress"] = self._in_progress
             return out
 
 
@@ -1076,28 +1088,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if path.startswith("/_control/"):
                 self._control(method, path, body)
                 return
-            route = self._route(method, path, params)
-            kind = route[0]
-            self._media = kind == "media"
-            self._count_request(kind)
-            self._fault = self.server.faults.take(method, target, self._media)
-            if self._fault is not None:
-                self.server.stats.add("faults_applied")
-            if self._fault is not None and self._fault.action == "delay_first_byte":
-                time.sleep(self._fault.seconds)
-            if kind in STORAGE_KINDS:
-                self._shaped = True
-                latency = self.server.shaping.latency_ms
-                if latency > 0:
-                    time.sleep(latency / 1000.0)
-            if self._fault is not None and self._fault.action == "status":
-                code = self._fault.status
-                self._send_error(code, f"Injected fault: HTTP {code}", "injectedFault")
-                return
+            self.server.stats.begin()
             try:
-                self._handle(kind, route[1], route[2], method, params, body)
-            except HttpError as err:
-                self._send_error(err.code, err.message, err.reason)
+                self._dispatch_storage(method, target, path, params, body)
+            finally:
+                self.server.stats.end()
         except CONNECTION_ERRORS:
             self.close_connection = True
         except Exception as err:  # a bug here must not hang the client: answer 500
@@ -1108,6 +1103,32 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self._send_error(500, f"gcs_test_server internal error: {err!r}", "internalError")
                 except CONNECTION_ERRORS:
                     pass
+
+    def _dispatch_storage(self, method, target, path, params, body):
+        """_dispatch for every request but the control API's; counted in
+        requests_in_progress until its counters are all added."""
+        route = self._route(method, path, params)
+        kind = route[0]
+        self._media = kind == "media"
+        self._count_request(kind)
+        self._fault = self.server.faults.take(method, target, self._media)
+        if self._fault is not None:
+            self.server.stats.add("faults_applied")
+        if self._fault is not None and self._fault.action == "delay_first_byte":
+            time.sleep(self._fault.seconds)
+        if kind in STORAGE_KINDS:
+            self._shaped = True
+            latency = self.server.shaping.latency_ms
+            if latency > 0:
+                time.sleep(latency / 1000.0)
+        if self._fault is not None and self._fault.action == "status":
+            code = self._fault.status
+            self._send_error(code, f"Injected fault: HTTP {code}", "injectedFault")
+            return
+        try:
+            self._handle(kind, route[1], route[2], method, params, body)
+        except HttpError as err:
+            self._send_error(err.code, err.message, err.reason)
 
     def _route(self, method, path, params):
         """(kind, bucket, object_name); object_name is percent-decoded."""
