@@ -153,13 +153,13 @@ TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
     return stats.is_object() && stats["retries"]["by_cause"].value("connect", 0) >= 3;
   });
   EXPECT_FALSE(finished.load()) << "the read gave up while the server was down";
-  ASSERT_TRUE(server_->Restart());  // returns once the server answers
   const auto back = std::chrono::steady_clock::now();
+  ASSERT_TRUE(server_->Restart());  // returns once the server answers
   reader.join();
   ASSERT_TRUE(waited) << "no third connect retry within 60 s\n" << mount->Log();
   ASSERT_EQ(err, 0) << mount->Log();
   EXPECT_TRUE(got == *blob_);
-  std::cout << "read completed " << Seconds(done - back).count() << " s after the server returned\n";
+  std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart\n";
   const json stats = MountStats(mount->path());
   EXPECT_GE(stats["retries"]["by_cause"].value("connect", 0), 3) << stats.dump();
   EXPECT_EQ(stats["reads_failed_eio"], 0);

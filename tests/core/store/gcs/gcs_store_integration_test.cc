@@ -530,13 +530,13 @@ TEST_F(GcsIntegrationTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
   // Refused three times: the read is backing off when the server returns.
   const bool waited = WaitUntil([&] { return connect_retries.load() >= 3; });
   EXPECT_FALSE(finished.load()) << "the read gave up while the server was down";
-  ASSERT_TRUE(server_->Restart());  // on the main thread, which owns the child
   const auto back = std::chrono::steady_clock::now();
+  ASSERT_TRUE(server_->Restart());  // on the main thread, which owns the child
   reader.join();
   ASSERT_TRUE(waited) << "no third connect retry within 60 s";
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(buf == big_.substr(100, 4096));
-  std::cout << "read completed " << Seconds(done - back).count() << " s after the server returned ("
+  std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart ("
             << connect_retries.load() << " connect retries)\n";
 }
 
