@@ -3,8 +3,10 @@
 //   tensorfs SOURCE MOUNTPOINT [options]
 //   tensorfs inspect SOURCE [--json]
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -24,6 +26,8 @@
 #include "core/vfs/namespace.h"
 #include "fs/daemon.h"
 #include "fs/fuse_server.h"
+#include "fs/handoff.h"
+#include "fs/mount_params.h"
 #include "fs/mount_recovery.h"
 #include "fs/service_notifier.h"
 #include "fs/stats.h"
@@ -36,7 +40,8 @@ constexpr char kDescription[] =
     "for loaders that open, read and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
-    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n\n"
+    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
+    "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
     "SOURCE is a local directory or gs://bucket[/prefix]. Options can also be given fstab-style:\n"
     "-o name[=value],...";
 
@@ -80,13 +85,14 @@ int RunMount(const MountOptions& options) {
   if (!server.ok()) return fail(server.status());
   std::unique_ptr<PrometheusServer> prometheus;
   if (options.prometheus_port != 0) {
-    StatusOr<std::unique_ptr<PrometheusServer>> started = PrometheusServer::Start(metrics, options.prometheus_port);
+    StatusOr<std::unique_ptr<PrometheusServer>> started = PrometheusServer::Start(metrics, options.prometheus_port,
+                                                                                  options.prometheus_address);
     if (!started.ok()) {
       server->reset();  // unmount before the waiting parent reports the failure
       return fail(started.status());
     }
     prometheus = std::move(*started);
-    spdlog::info("serving metrics at http://127.0.0.1:{}/metrics", prometheus->port());
+    spdlog::info("serving metrics at http://{}:{}/metrics", options.prometheus_address, prometheus->port());
   }
   ServiceNotifier notifier(options.source, options.mountpoint);  // systemd: READY=1, STOPPING=1
   (*server)->OnStopping([&notifier] { notifier.Stopping(); });
@@ -208,12 +214,28 @@ int Main(int argc, char** argv) {
   stats->add_option("MOUNTPOINT", stats_mountpoint, "a tensorfs mount point")->required();
   stats->add_flag("--json", stats_json, "print JSON for machines");
 
+  CLI::App* handoff = app.add_subcommand("handoff", "serve the /dev/fuse descriptors a Kubernetes node plugin "
+                                                    "hands over on the Unix sockets in SOCKET_DIR, one child "
+                                                    "tensorfs per mount; exit when all have ended");
+  std::string handoff_dir;
+  int handoff_wait_s = 30;
+  handoff->add_option("SOCKET_DIR", handoff_dir, "directory holding the node plugin's sockets")->required();
+  handoff->add_option("--wait", handoff_wait_s, "seconds to wait for the first socket (default 30)");
+  bool print_mount_params = false;
+  app.add_flag("--print-mount-params", print_mount_params,
+               "print the mount(2) data, flags and read_ahead_kb that a parent mounting for "
+               "tensorfs SOURCE /dev/fd/N should apply, for the -o options given, and exit");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
+  if (handoff->parsed()) {
+    SetUpLogging("info");
+    return RunHandoff(handoff_dir, std::chrono::seconds(handoff_wait_s));
+  }
   if (inspect->parsed()) {
     for (const std::string& list : inspect_o_lists) {
       if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
@@ -226,6 +248,11 @@ int Main(int argc, char** argv) {
   }
   for (const auto& [name, value] : given) {
     if (Status s = ApplyMountOption(options, name, value); !s.ok()) return Fail(s);
+  }
+  if (print_mount_params) {
+    std::string text = RenderMountParams(MountParamsFor(options, ::getuid(), ::getgid()));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
   }
   return ValidateAndMount(options);
 }

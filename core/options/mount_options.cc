@@ -1,5 +1,6 @@
 #include "core/options/mount_options.h"
 
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <regex>
 
 #include <spdlog/spdlog.h>
+
+#include "core/options/memory_limit.h"
 
 namespace tensorfs {
 namespace {
@@ -101,7 +104,7 @@ const std::array kOptions = {
                }},
     OptionSpec{"cache_size", "SIZE",
                "memory for cached chunks, e.g. 4G; the whole mount stays within it plus ~128 MiB "
-               "(default 2G)",
+               "(default 2G, or in a cgroup with a memory limit 3/4 of (limit - 128 MiB) when that is less)",
                [](MountOptions& o, std::string_view v) { return ParseSize("cache_size", v, o.engine.cache_size); }},
     OptionSpec{"chunk_size", "SIZE",
                "largest range request; small tensors are fetched together up to it, larger ones in "
@@ -166,6 +169,19 @@ const std::array kOptions = {
                  RETURN_IF_ERROR(ParseNumber("prometheus_port", v, 1, 65535, port));
                  if (port != static_cast<int>(port)) return InvalidArgumentError("a port is a whole number");
                  o.prometheus_port = static_cast<int>(port);
+                 return OkStatus();
+               }},
+    OptionSpec{"prometheus_address", "ADDRESS",
+               "the IP address the metrics of prometheus_port listen on: 0.0.0.0 or :: for every interface, "
+               "e.g. for a scrape from outside a pod (default 127.0.0.1)",
+               [](MountOptions& o, std::string_view v) {
+                 const std::string address(v);
+                 in6_addr buf;
+                 if (::inet_pton(AF_INET, address.c_str(), &buf) != 1 && ::inet_pton(AF_INET6, address.c_str(), &buf) != 1) {
+                   return InvalidArgumentError("prometheus_address=" + address +
+                                               ": give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::");
+                 }
+                 o.prometheus_address = address;
                  return OkStatus();
                }},
     OptionSpec{"endpoint", "URL",
@@ -346,9 +362,15 @@ Status ValidateMountOptions(MountOptions& options) {
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
   }
+  if (options.given.contains("prometheus_address") && options.prometheus_port == 0) {
+    return InvalidArgumentError("prometheus_address needs prometheus_port: add -o prometheus_port=PORT");
+  }
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }
+  // In a container, the default cache follows its memory limit (memory_limit.h).
+  ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));
+  if (!from_limit.empty()) spdlog::info("{}", from_limit);
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());

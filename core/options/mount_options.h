@@ -41,7 +41,8 @@ struct MountOptions {
   std::set<std::string, std::less<>> given;
   uint64_t read_ahead = 0;  // the mount's kernel readahead (bdi read_ahead_kb); 0: kernel default
   std::string log_level = "info";
-  int prometheus_port = 0;  // serve GET /metrics on 127.0.0.1:port; 0: off
+  int prometheus_port = 0;  // serve GET /metrics on prometheus_address:port; 0: off
+  std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
 
   // gs:// sources only.
   std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)
