@@ -53,7 +53,7 @@ def sandboxed(argv, hide=()):
     sidecar's namespace does not hold the workload's mount (a copy of it
     would keep the FUSE connection alive after the parent unmounts)."""
     script = "set -e; mount -t tmpfs -o mode=755 tmpfs /dev; ln -s /proc/self/fd /dev/fd; "
-    script += "".join("umount -l %s; " % shlex.quote(m) for m in hide)
+    script += "".join("umount -l -c %s; " % shlex.quote(m) for m in hide)  # -c: no stat of the mount
     script += "test ! -e /dev/fuse; exec \"$@\""
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
 
