@@ -29,8 +29,8 @@ TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
 HANG_GUARD_S = 60
 MIB = 1 << 20
-LIMIT = 320 * MIB
-CHECKPOINT_MIB = 448  # more than the limit: a cache that ignored it would be killed
+LIMIT = 256 * MIB
+CHECKPOINT_MIB = 320  # more than the limit: a cache that ignored it would be killed
 
 
 def mountinfo():
@@ -41,8 +41,8 @@ def mountinfo():
 
 
 class Cgroup:
-    """A fresh memory cgroup with LIMIT; Enter() returns a shell prefix that
-    moves the shell into it."""
+    """A fresh memory cgroup limited to LIMIT (or, with adopt_pid, the one
+    systemd-run made for that process), with its peak and OOM kills."""
 
     def __init__(self, adopt_pid=None):
         self.kind = None
@@ -50,14 +50,16 @@ class Cgroup:
         self.owned = adopt_pid is None
         if adopt_pid is not None:  # the cgroup systemd-run made for this process
             v2_root = next(h[4] for h, t in mountinfo() if t[0] == "cgroup2")
-            own = next(l.split(":", 2)[2].strip() for l in open("/proc/%d/cgroup" % adopt_pid) if l.startswith("0::"))
+            with open("/proc/%d/cgroup" % adopt_pid) as f:
+                own = next(l.split(":", 2)[2].strip() for l in f if l.startswith("0::"))
             self.path, self.kind = v2_root + own, "v2"
             return
         v1_root = next((h[4] for h, t in mountinfo() if t[0] == "cgroup" and "memory" in t[2].split(",")), None)
         v2_root = next((h[4] for h, t in mountinfo() if t[0] == "cgroup2"), None)
         name = "tensorfs_test.%d" % os.getpid()
         if v1_root is not None:
-            own = next(l.split(":", 2)[2].strip() for l in open("/proc/self/cgroup") if ":memory:" in l)
+            with open("/proc/self/cgroup") as f:
+                own = next(l.split(":", 2)[2].strip() for l in f if ":memory:" in l)
             self.path = os.path.join(v1_root + own, name)
             os.mkdir(self.path)
             self.kind = "v1"
@@ -199,7 +201,7 @@ class CgroupMemoryTest(unittest.TestCase):
         self.assertTrue(alive, log)
         self.assertEqual(kills, 0, log)
         self.assertLessEqual(peak, LIMIT)
-        self.assertIn("of the cgroup memory limit 320 MiB", log)
+        self.assertIn("of the cgroup memory limit %d MiB" % (LIMIT // MIB), log)
 
 
 if __name__ == "__main__":

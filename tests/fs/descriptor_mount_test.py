@@ -179,6 +179,7 @@ class DescriptorMountTest(unittest.TestCase):
             if p.poll() is None:
                 p.kill()
             p.wait(HANG_GUARD_S)
+            p.stdout.close()
         os.rmdir(self.mountpoint)
 
     def start(self, argv, **kwargs):
