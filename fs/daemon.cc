@@ -35,11 +35,18 @@ void Daemon::Start() {
     if (verdict.empty()) {
       int status = 0;
       ::waitpid(pid, &status, 0);
-      std::fprintf(stderr, "tensorfs: the background process exited before mounting\n");
-    } else {
-      std::fprintf(stderr, "tensorfs: %s\n", verdict.c_str());
+      PrintFatal("the background process exited before mounting");
+      std::_Exit(static_cast<int>(ExitStatus::kTransient));
     }
-    std::_Exit(1);
+    // "STATUS MESSAGE", from Failed().
+    int exit_status = static_cast<int>(ExitStatus::kTransient);
+    size_t space = verdict.find(' ');
+    if (space != std::string::npos) {
+      exit_status = std::atoi(verdict.substr(0, space).c_str());
+      verdict.erase(0, space + 1);
+    }
+    PrintFatal(verdict);
+    std::_Exit(exit_status);
   }
   ::close(fds[0]);
   pipe_fd_ = fds[1];
@@ -63,9 +70,17 @@ void Daemon::Ready() {
   }
 }
 
-void Daemon::Failed(std::string_view message) {
+void PrintFatal(std::string_view message) {
+  // In the journal, at err priority: `journalctl -p err` shows why a start failed.
+  const char* priority = FdIsJournalStream(STDERR_FILENO) ? "<3>" : "";
+  std::fprintf(stderr, "%stensorfs: %.*s\n", priority, static_cast<int>(message.size()), message.data());
+  std::fflush(stderr);
+}
+
+void Daemon::Failed(ExitStatus status, std::string_view message) {
   if (pipe_fd_ < 0) return;
-  (void)!::write(pipe_fd_, message.data(), message.size());
+  std::string verdict = std::to_string(static_cast<int>(status)) + " " + std::string(message);
+  (void)!::write(pipe_fd_, verdict.data(), verdict.size());
   ::close(pipe_fd_);
   pipe_fd_ = -1;
 }

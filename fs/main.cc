@@ -14,22 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "core/engine/read_engine.h"
-#include "core/metrics/metrics.h"
-#include "core/metrics/prometheus.h"
 #include "core/options/mount_helper.h"
 #include "core/options/mount_options.h"
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
-#include "core/util/log_limiter.h"
 #include "core/util/logging.h"
-#include "core/vfs/namespace.h"
-#include "fs/daemon.h"
-#include "fs/fuse_server.h"
+#include "fs/exit_status.h"
 #include "fs/handoff.h"
 #include "fs/mount_params.h"
-#include "fs/mount_recovery.h"
-#include "fs/service_notifier.h"
+#include "fs/startup.h"
 #include "fs/stats.h"
 
 namespace tensorfs {
@@ -42,12 +35,20 @@ constexpr char kDescription[] =
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
     "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
     "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
-    "SOURCE is a local directory or gs://bucket[/prefix]. Options can also be given fstab-style:\n"
-    "-o name[=value],...";
+    "SOURCE is a local directory or gs://bucket[/prefix]. MOUNTPOINT is a directory, or /dev/fd/N: a\n"
+    "/dev/fuse descriptor that a parent has opened and mounted (fd=N) and hands over; tensorfs then\n"
+    "serves it without mounting or privileges. Options can also be given fstab-style: -o name[=value],...\n\n";
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tensorfs: %s\n", status.message().c_str());
   return 1;
+}
+
+// An invalid command line or option of a mount: a permanent error.
+int FailUsage(const MountOptions& options, const Status& status) {
+  const bool names_help = status.message().find("--help") != std::string::npos;
+  return FailStartup(options, ExitStatus::kUsage,
+                     names_help ? status : Status(status.code(), status.message() + " (see tensorfs --help)"));
 }
 
 int RunInspect(const MountOptions& options, bool json, const std::string& layer_regex) {
@@ -60,52 +61,6 @@ int RunInspect(const MountOptions& options, bool json, const std::string& layer_
   // A corrupt file (or an index that disagrees with the shards) is reported,
   // and makes the command fail so scripts notice.
   return report->ok() ? 0 : 2;
-}
-
-int RunMount(const MountOptions& options) {
-  Daemon daemon;
-  if (!options.foreground) daemon.Start();  // before any thread exists
-  auto fail = [&](const Status& status) {
-    if (options.foreground) return Fail(status);
-    daemon.Failed(status.message());  // the waiting parent prints it
-    return 1;
-  };
-  Metrics metrics;  // outlives the store and the engine, which count into it
-  StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
-  if (!store.ok()) return fail(store.status());
-  ReadEngine engine(**store, options.engine, metrics);
-  StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
-  if (!grouper.ok()) return fail(grouper.status());
-  Namespace ns(**store, engine,
-               ViewOptions{.kinds = options.views,
-                           .grouper = std::make_shared<const LayerGrouper>(std::move(*grouper)),
-                           .prefetch_window = options.engine.prefetch_window});
-  if (Status s = ns.CheckReachable(); !s.ok()) return fail(s);
-  StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);
-  if (!server.ok()) return fail(server.status());
-  std::unique_ptr<PrometheusServer> prometheus;
-  if (options.prometheus_port != 0) {
-    StatusOr<std::unique_ptr<PrometheusServer>> started = PrometheusServer::Start(metrics, options.prometheus_port,
-                                                                                  options.prometheus_address);
-    if (!started.ok()) {
-      server->reset();  // unmount before the waiting parent reports the failure
-      return fail(started.status());
-    }
-    prometheus = std::move(*started);
-    spdlog::info("serving metrics at http://{}:{}/metrics", options.prometheus_address, prometheus->port());
-  }
-  ServiceNotifier notifier(options.source, options.mountpoint);  // systemd: READY=1, STOPPING=1
-  (*server)->OnStopping([&notifier] { notifier.Stopping(); });
-  daemon.Ready();
-  notifier.NotifyWhenServing();
-  Status status = (*server)->Run();
-  if (!status.ok()) spdlog::error("{}", status.message());
-  // Unmounted. Fetches still retrying against a slow server hold nothing worth
-  // waiting for (the mount is read-only): leave without joining them, after
-  // reporting the warnings the rate limiters held back.
-  FlushHeldBackWarnings();
-  spdlog::default_logger()->flush();
-  std::_Exit(status.ok() ? 0 : 1);
 }
 
 int RunStats(const std::string& mountpoint, bool json) {
@@ -128,15 +83,11 @@ int ValidateAndMount(MountOptions options) {
   if (!options.source.empty() && !options.source.starts_with("gs://")) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
-  // A mount point left dead by a tensorfs that was killed would fail validation.
-  if (StatusOr<bool> recovered = RecoverDeadMountPoint(options.mountpoint); !recovered.ok()) {
-    return Fail(recovered.status());
+  if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
+  if (FuseFdOfMountPoint(options.mountpoint)) {  // the parent owns the kernel mount
+    if (std::string note = KernelMountOptionsNote(options); !note.empty()) spdlog::warn("{}", note);
   }
-  if (Status s = ValidateMountOptions(options); !s.ok()) {
-    std::fprintf(stderr, "tensorfs: %s\nRun tensorfs --help for usage.\n", s.message().c_str());
-    return 1;
-  }
-  return RunMount(options);
+  return MountAndServe(options);
 }
 
 // mount(8) runs /sbin/mount.tensorfs SOURCE DIR [-sfnv] [-o OPTIONS] for
@@ -144,7 +95,7 @@ int ValidateAndMount(MountOptions options) {
 int RunMountHelper(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   StatusOr<MountHelperArgs> helper = ParseMountHelperArgs(args);
-  if (!helper.ok()) return Fail(helper.status());
+  if (!helper.ok()) return FailUsage(MountOptions{}, helper.status());
   for (const std::string& warning : helper->warnings) std::fprintf(stderr, "mount.tensorfs: %s\n", warning.c_str());
   if (helper->verbose) {
     std::fprintf(stderr, "mount.tensorfs: tensorfs %s %s -o %s\n", helper->source.c_str(),
@@ -153,9 +104,12 @@ int RunMountHelper(int argc, char** argv) {
   MountOptions options;
   options.source = helper->source;
   options.mountpoint = helper->mountpoint;
-  if (Status s = ApplyMountOptionList(options, helper->options); !s.ok()) return Fail(s);
+  if (Status s = ApplyMountOptionList(options, helper->options); !s.ok()) return FailUsage(options, s);
   if (helper->fake) {  // mount -f: check everything, mount nothing
-    if (Status s = ValidateMountOptions(options); !s.ok()) return Fail(s);
+    if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
+    if (Status s = CheckMountPointDirectory(options.mountpoint); !s.ok()) {
+      return FailStartup(options, ExitStatus::kMountPoint, s);
+    }
     return 0;
   }
   return ValidateAndMount(options);
@@ -163,7 +117,7 @@ int RunMountHelper(int argc, char** argv) {
 
 int Main(int argc, char** argv) {
   if (argc > 0 && IsMountHelperInvocation(argv[0])) return RunMountHelper(argc, argv);
-  CLI::App app(kDescription, "tensorfs");
+  CLI::App app(std::string(kDescription) + std::string(kExitStatusHelp), "tensorfs");
   app.set_help_flag("-h,--help", "print this help and exit");
   app.require_subcommand(0, 1);
 
@@ -229,7 +183,8 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // --help is a "success" ParseError
+    return rc == 0 ? 0 : static_cast<int>(ExitStatus::kUsage);
   }
   if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
   if (handoff->parsed()) {
@@ -244,10 +199,10 @@ int Main(int argc, char** argv) {
   }
 
   for (const std::string& list : o_lists) {
-    if (Status s = ApplyMountOptionList(options, list); !s.ok()) return Fail(s);
+    if (Status s = ApplyMountOptionList(options, list); !s.ok()) return FailUsage(options, s);
   }
   for (const auto& [name, value] : given) {
-    if (Status s = ApplyMountOption(options, name, value); !s.ok()) return Fail(s);
+    if (Status s = ApplyMountOption(options, name, value); !s.ok()) return FailUsage(options, s);
   }
   if (print_mount_params) {
     std::string text = RenderMountParams(MountParamsFor(options, ::getuid(), ::getgid()));

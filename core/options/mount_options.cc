@@ -208,6 +208,25 @@ const std::array kOptions = {
                [](MountOptions& o, std::string_view v) {
                  return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
                }},
+    OptionSpec{"startup_deadline", "SECONDS",
+               "how long start-up keeps retrying to reach the source before it gives up with exit status 1 "
+               "(default 60: shorter than systemd's start and mount timeouts, so the reason reaches the journal)",
+               [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("startup_deadline", v, 1, 3600, o.startup_deadline_s);
+               }},
+    OptionSpec{"ready_file", "PATH",
+               "write PATH once the source has been reached and the mount serves it (for a startup probe)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.ready_file = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"error_file", "PATH", "if start-up fails, write the reason to PATH as well as to stderr",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.error_file = std::string(v);
+                 return OkStatus();
+               }},
     OptionSpec{"stall_timeout", "SECONDS",
                "gs:// only: abandon (and retry) a response that delivers no bytes for this long "
                "(default 30)",
@@ -374,16 +393,28 @@ Status ValidateMountOptions(MountOptions& options) {
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());
-  struct stat st;
-  if (::stat(options.mountpoint.c_str(), &st) != 0) {
-    return InvalidArgumentError("mount point " + options.mountpoint +
-                                " does not exist (or is a dead mount: fusermount3 -u it): create it "
-                                "with mkdir -p " + options.mountpoint);
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return InvalidArgumentError("mount point " + options.mountpoint + " is not a directory");
-  }
   return OkStatus();
+}
+
+Status CheckMountPointDirectory(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    return InvalidArgumentError("mount point " + mountpoint +
+                                " does not exist (or is a dead mount: fusermount3 -u it): create it "
+                                "with mkdir -p " + mountpoint);
+  }
+  if (!S_ISDIR(st.st_mode)) return InvalidArgumentError("mount point " + mountpoint + " is not a directory");
+  return OkStatus();
+}
+
+std::optional<int> FuseFdOfMountPoint(std::string_view mountpoint) {
+  constexpr std::string_view kPrefix = "/dev/fd/";
+  if (!mountpoint.starts_with(kPrefix)) return std::nullopt;
+  std::string_view digits = mountpoint.substr(kPrefix.size());
+  int fd = -1;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), fd);
+  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || fd < 0) return std::nullopt;
+  return fd;
 }
 
 }  // namespace tensorfs
