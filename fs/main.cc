@@ -198,6 +198,14 @@ int Main(int argc, char** argv) {
     return RunInspect(inspect_options, inspect_json, inspect_regex);
   }
 
+  if (FuseFdOfMountPoint(options.mountpoint)) {
+    // A parent such as mount.fuse3 -o drop_privileges hands the file system it
+    // runs on /dev/fd/N its whole -o list, mount(8)'s generic flags (rw, dev,
+    // suid...) included: drop those as mount.tensorfs does.
+    std::vector<std::string> warnings;
+    for (std::string& list : o_lists) list = FilterMountHelperOptions(list, /*sloppy=*/false, warnings);
+    for (const std::string& warning : warnings) std::fprintf(stderr, "tensorfs: %s\n", warning.c_str());
+  }
   for (const std::string& list : o_lists) {
     if (Status s = ApplyMountOptionList(options, list); !s.ok()) return FailUsage(options, s);
   }

@@ -146,6 +146,11 @@ class CgroupMemoryTest(unittest.TestCase):
         os.mkdir(self.mountpoint)
         self.cgroup = None
         self.process = None
+        self.log_file = open(os.path.join(self.work, "tensorfs.log"), "w")
+
+    def log(self):
+        with open(self.log_file.name) as f:
+            return f.read()
 
     def tearDown(self):
         subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], capture_output=True)
@@ -155,6 +160,7 @@ class CgroupMemoryTest(unittest.TestCase):
             self.process.wait(HANG_GUARD_S)
         self.server.terminate()
         self.server.wait(HANG_GUARD_S)
+        self.log_file.close()
         if self.cgroup is not None:
             self.cgroup.remove()
         shutil.rmtree(self.work, ignore_errors=True)
@@ -162,7 +168,8 @@ class CgroupMemoryTest(unittest.TestCase):
     def wait_mounted(self):
         deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
-            self.assertIsNone(self.process.poll(), "tensorfs exited: " + self.process.stdout.read())
+            if self.process.poll() is not None:
+                self.fail("tensorfs exited: " + self.log())
             with open("/proc/self/mountinfo") as f:
                 if any(line.split()[4] == self.mountpoint for line in f):
                     return
@@ -175,7 +182,7 @@ class CgroupMemoryTest(unittest.TestCase):
             how = "systemd-run --scope -p MemoryMax"
             self.process = subprocess.Popen(["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%d" % LIMIT, "-p",
                                              "MemorySwapMax=0"] + argv,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                            stdout=self.log_file, stderr=subprocess.STDOUT)
             self.wait_mounted()
             self.cgroup = Cgroup(adopt_pid=self.process.pid)
         else:
@@ -183,7 +190,7 @@ class CgroupMemoryTest(unittest.TestCase):
             how = "cgroup %s at %s" % (self.cgroup.kind, self.cgroup.path)
             procs = os.path.join(self.cgroup.path, "cgroup.procs")
             self.process = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs] + argv,
-                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                            stdout=self.log_file, stderr=subprocess.STDOUT)
         self.wait_mounted()
         for dirpath, _, names in os.walk(self.model):
             for name in names:
@@ -195,7 +202,7 @@ class CgroupMemoryTest(unittest.TestCase):
         alive = self.process.poll() is None
         subprocess.run(["fusermount3", "-u", self.mountpoint], capture_output=True, timeout=HANG_GUARD_S)
         self.process.wait(HANG_GUARD_S)
-        log = self.process.stdout.read()
+        log = self.log()
         print("%s: limit %d MiB, checkpoint %d MiB, peak %d MiB" % (how, LIMIT // MIB, CHECKPOINT_MIB, peak // MIB),
               file=sys.stderr)
         self.assertTrue(alive, log)
