@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """tensorfs in a container with a memory limit and no cache_size: the default
 cache follows the cgroup's limit, so reading a whole checkpoint larger than the
-limit keeps the process under it (no OOM kill), with every byte right.
+limit (every file's sha256, then every tensor in random order through mmap)
+keeps the process under it (no OOM kill), with every byte right. With
+cache_size=2G given instead, the random-order pass gets tensorfs OOM-killed.
 
 The limit is set as a pod's would be: `systemd-run --scope -p MemoryMax=` where
 systemd manages the machine; otherwise a cgroup made directly, v2 (memory.max,
@@ -197,6 +199,12 @@ class CgroupMemoryTest(unittest.TestCase):
                 rel = os.path.relpath(os.path.join(dirpath, name), self.model)
                 self.assertEqual(sha256_of(os.path.join(self.mountpoint, rel)),
                                  sha256_of(os.path.join(self.model, rel)), rel)
+        # Then every tensor in random order, as a loader that jumps around does:
+        # with a cache sized past the limit, this is what gets tensorfs killed.
+        r = subprocess.run(["/usr/bin/python3", os.path.join(SUPPORT, "mmap_loader.py"), self.mountpoint, "--order",
+                            "random", "--compare", self.model], capture_output=True, text=True,
+                           timeout=HANG_GUARD_S * 10)
+        loader = r.stdout[-2000:] + r.stderr[-2000:]
         peak = self.cgroup.peak()
         kills = self.cgroup.oom_kills()
         alive = self.process.poll() is None
@@ -207,6 +215,7 @@ class CgroupMemoryTest(unittest.TestCase):
               file=sys.stderr)
         self.assertTrue(alive, log)
         self.assertEqual(kills, 0, log)
+        self.assertEqual(r.returncode, 0, loader)
         self.assertLessEqual(peak, LIMIT)
         self.assertIn("of the cgroup memory limit %d MiB" % (LIMIT // MIB), log)
 
