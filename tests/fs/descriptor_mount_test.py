@@ -19,6 +19,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -326,6 +327,31 @@ class DescriptorMountTest(unittest.TestCase):
                 s.close()
             unmount(bad_mnt)
             os.rmdir(bad_mnt)
+
+    def test_handoff_passes_sigterm_to_its_mounts_and_exits_cleanly(self):
+        sockets = os.path.join(self.work, "sockets_term")
+        os.makedirs(sockets, exist_ok=True)
+        os.chmod(sockets, 0o777)
+        path = os.path.join(sockets, "vol")
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(path)
+        os.chmod(path, 0o777)
+        s.listen(1)
+        s.settimeout(HANG_GUARD_S)
+        try:
+            process, output = self.start(sandboxed([TENSORFS, "handoff", sockets]))
+            conn, _ = s.accept()
+            with conn:
+                fd = kernel_mount(self.mountpoint, self.source, GCSFUSE_DATA)
+                socket.send_fds(conn, [json.dumps({"source": self.source, "options": self.options}).encode()], [fd])
+                os.close(fd)
+            wait_serving(self.mountpoint, process)
+            process.send_signal(signal.SIGTERM)
+            self.assertEqual(process.wait(HANG_GUARD_S), 0, output.wait())
+            self.assertFalse(os.path.exists(path + ".error"))
+        finally:
+            s.close()
+            os.unlink(path)
 
     def test_handoff_rejects_a_message_without_a_descriptor(self):
         sockets = os.path.join(self.work, "sockets_nofd")
