@@ -50,7 +50,10 @@ void Daemon::Start() {
   }
   ::close(fds[0]);
   pipe_fd_ = fds[1];
-  ::setsid();
+  // The child stays in the caller's process group until the mount is live:
+  // systemd runs mount(8), and so this helper, in its own process group, which
+  // autofs lets through an x-systemd.automount mount point that is waiting for
+  // this very mount. In a session of its own, mounting there would wait on it.
 }
 
 void Daemon::Ready() {
@@ -58,6 +61,7 @@ void Daemon::Ready() {
   (void)!::write(pipe_fd_, "OK", 2);
   ::close(pipe_fd_);
   pipe_fd_ = -1;
+  ::setsid();  // detached from the caller's terminal and process group
   if (::chdir("/") != 0) return;
   int null_fd = ::open("/dev/null", O_RDWR);
   if (null_fd >= 0) {

@@ -23,7 +23,8 @@ class Daemon {
  public:
   // Forks; returns only in the child (the parent exits with the child's verdict).
   void Start();
-  // The mount is live: the parent exits 0; our stdio detaches from the terminal.
+  // The mount is live: the parent exits 0; we start a session of our own and
+  // our stdio detaches from the terminal.
   void Ready();
   // Start-up failed: the parent prints `message` and exits with `status`.
   void Failed(ExitStatus status, std::string_view message);

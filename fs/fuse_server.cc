@@ -224,7 +224,8 @@ struct FuseHandlers {
     conn->congestion_threshold = 48;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
-    spdlog::info("{} {} (kernel FUSE {}.{}, {} worker threads)",
+    // At debug: a background mount's terminal hears nothing when all is well.
+    spdlog::debug("{} {} (kernel FUSE {}.{}, {} worker threads)",
                  server.adopted_fd() ? "serving" : "mounted", server.options_.source, conn->proto_major,
                  conn->proto_minor, server.options_.max_threads);
   }
@@ -331,7 +332,7 @@ void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
   } else if (in_force != want_kib) {
     spdlog::warn("read_ahead={} KiB: the kernel keeps {} at {}", want_kib, path, in_force_text);
   } else {
-    spdlog::info("read_ahead: {} KiB in force ({})", *in_force, path);
+    spdlog::debug("read_ahead: {} KiB in force ({})", *in_force, path);
   }
 }
 

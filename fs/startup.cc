@@ -187,8 +187,9 @@ int MountAndServe(const MountOptions& options) {
     if (!options.ready_file.empty()) {
       if (Status s = WriteFileAtomically(options.ready_file, "ready\n"); !s.ok()) spdlog::warn("ready_file: {}", s.message());
     }
-    spdlog::info("{} reached; serving it on {}", options.source, options.mountpoint);
-    daemon.Ready();
+    daemon.Ready();  // first: in the background, the caller's terminal hears nothing when all is well
+    spdlog::info("{} {} on {}: the source answers", adopt ? "serving" : "mounted", options.source,
+                 options.mountpoint);
     notifier.NotifyWhenServing(/*probe_mount_point=*/!adopt);
   }).detach();
 
