@@ -8,8 +8,9 @@
 // no I/O, no locks, no copies beyond the reply. It is set up as tensorfs is:
 // low-level API, multithreaded loop with one /dev/fuse descriptor per worker
 // (clone_fd, --clone-fd 0 to share one), keep_cache, max_read and
-// max_readahead 1 MiB, the mount's kernel readahead raised to 16 MiB
-// (--read-ahead-kb; 0 keeps the kernel's), attributes cached for an hour, so
+// the mount's kernel readahead raised to 16 MiB (--read-ahead-kb; 0 keeps the
+// kernel's; the INIT reply's max_readahead is set above it so that the kernel
+// keeps the value asked), attributes cached for an hour, so
 // that a loader running on it
 // measures the kernel's and the FUSE protocol's share of a load and nothing
 // else. Stays in the foreground with -f (the benchmark runs it that way to
@@ -73,9 +74,14 @@ struct stat AttrOf(fuse_ino_t ino) {
   return st;
 }
 
+// The INIT reply's max_readahead. When the kernel takes the reply it lowers the
+// bdi's readahead to it, so a read_ahead_kb written before INIT was answered
+// would end at this value: it stays above anything --read-ahead-kb asks for.
+constexpr unsigned kInitMaxReadahead = 1u << 30;
+
 void Init(void*, fuse_conn_info* conn) {
   conn->max_read = kMaxRead;
-  conn->max_readahead = kMaxRead;
+  conn->max_readahead = kInitMaxReadahead;
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -169,10 +175,20 @@ void SetReadAhead(const std::string& point, unsigned kb) {
     std::string id, parent, dev, root, mnt;
     if ((fields >> id >> parent >> dev >> root >> mnt) && mnt == point) device = dev;
   }
-  std::ofstream out("/sys/class/bdi/" + device + "/read_ahead_kb");
-  out << kb << '\n';
-  out.flush();
-  if (device.empty() || !out) std::fprintf(stderr, "memfs_ceiling: cannot set read_ahead_kb of %s\n", point.c_str());
+  const std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
+  {
+    std::ofstream out(path);
+    out << kb << '\n';
+    out.flush();
+    if (device.empty() || !out) std::fprintf(stderr, "memfs_ceiling: cannot set read_ahead_kb of %s\n", point.c_str());
+  }
+  // The INIT reply (kInitMaxReadahead) cannot lower it any more: what is read
+  // back is what the mount runs with.
+  std::ifstream in_force(path);
+  unsigned got = 0;
+  if (!device.empty() && in_force >> got && got != kb) {
+    std::fprintf(stderr, "memfs_ceiling: --read-ahead-kb %u: the kernel keeps %s at %u KiB\n", kb, path.c_str(), got);
+  }
 }
 
 }  // namespace

@@ -35,15 +35,25 @@ void Daemon::Start() {
     if (verdict.empty()) {
       int status = 0;
       ::waitpid(pid, &status, 0);
-      std::fprintf(stderr, "tensorfs: the background process exited before mounting\n");
-    } else {
-      std::fprintf(stderr, "tensorfs: %s\n", verdict.c_str());
+      PrintFatal("the background process exited before mounting");
+      std::_Exit(static_cast<int>(ExitStatus::kTransient));
     }
-    std::_Exit(1);
+    // "STATUS MESSAGE", from Failed().
+    int exit_status = static_cast<int>(ExitStatus::kTransient);
+    size_t space = verdict.find(' ');
+    if (space != std::string::npos) {
+      exit_status = std::atoi(verdict.substr(0, space).c_str());
+      verdict.erase(0, space + 1);
+    }
+    PrintFatal(verdict);
+    std::_Exit(exit_status);
   }
   ::close(fds[0]);
   pipe_fd_ = fds[1];
-  ::setsid();
+  // The child stays in the caller's process group until the mount is live:
+  // systemd runs mount(8), and so this helper, in its own process group, which
+  // autofs lets through an x-systemd.automount mount point that is waiting for
+  // this very mount. In a session of its own, mounting there would wait on it.
 }
 
 void Daemon::Ready() {
@@ -51,6 +61,7 @@ void Daemon::Ready() {
   (void)!::write(pipe_fd_, "OK", 2);
   ::close(pipe_fd_);
   pipe_fd_ = -1;
+  ::setsid();  // detached from the caller's terminal and process group
   if (::chdir("/") != 0) return;
   int null_fd = ::open("/dev/null", O_RDWR);
   if (null_fd >= 0) {
@@ -63,9 +74,17 @@ void Daemon::Ready() {
   }
 }
 
-void Daemon::Failed(std::string_view message) {
+void PrintFatal(std::string_view message) {
+  // In the journal, at err priority: `journalctl -p err` shows why a start failed.
+  const char* priority = FdIsJournalStream(STDERR_FILENO) ? "<3>" : "";
+  std::fprintf(stderr, "%stensorfs: %.*s\n", priority, static_cast<int>(message.size()), message.data());
+  std::fflush(stderr);
+}
+
+void Daemon::Failed(ExitStatus status, std::string_view message) {
   if (pipe_fd_ < 0) return;
-  (void)!::write(pipe_fd_, message.data(), message.size());
+  std::string verdict = std::to_string(static_cast<int>(status)) + " " + std::string(message);
+  (void)!::write(pipe_fd_, verdict.data(), verdict.size());
   ::close(pipe_fd_);
   pipe_fd_ = -1;
 }

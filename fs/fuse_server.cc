@@ -5,10 +5,12 @@
 #include <fuse_lowlevel.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "fs/errno_map.h"
+#include "fs/mount_recovery.h"
 #include "fs/stats.h"
 
 namespace tensorfs {
@@ -215,13 +218,15 @@ struct FuseHandlers {
   static void Init(void* userdata, fuse_conn_info* conn) {
     auto& server = *static_cast<FuseServer*>(userdata);
     conn->max_read = FuseServer::kMaxRead;  // must match the max_read mount option
-    conn->max_readahead = FuseServer::kMaxRead;
+    conn->max_readahead = FuseServer::kInitMaxReadahead;
     // Let the kernel keep many reads in flight: each waits on the network, not on us.
     conn->max_background = 64;
     conn->congestion_threshold = 48;
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
-    spdlog::info("mounted {} (kernel FUSE {}.{}, {} worker threads)", server.options_.source, conn->proto_major,
+    // At debug: a background mount's terminal hears nothing when all is well.
+    spdlog::debug("{} {} (kernel FUSE {}.{}, {} worker threads)",
+                 server.adopted_fd() ? "serving" : "mounted", server.options_.source, conn->proto_major,
                  conn->proto_minor, server.options_.max_threads);
   }
 
@@ -275,7 +280,7 @@ std::string MountinfoEscape(const std::string& path) {
   return out;
 }
 
-// The device ("0:53") of the newest mount on `mountpoint`, from
+// The device ("0:53") of the newest mount on `mountpoint` (canonical), from
 // /proc/self/mountinfo: stat() on it would send a request to this very
 // process, which does not serve requests yet.
 std::optional<std::string> MountDevice(const std::string& mountpoint) {
@@ -291,26 +296,74 @@ std::optional<std::string> MountDevice(const std::string& mountpoint) {
   return device;
 }
 
-// Sets the kernel readahead of the mount's backing device, as gcsfuse does:
-// FUSE mounts start at 128 KiB, which keeps a sequential reader to one or two
-// 1 MiB requests in flight. Fails softly: the mount works without it.
+std::optional<uint64_t> ReadKib(const std::string& path) {
+  std::ifstream in(path);
+  uint64_t kib = 0;
+  if (!(in >> kib)) return std::nullopt;
+  return kib;
+}
+
+// Sets the kernel readahead of the mount's backing device, as gcsfuse does.
+// Written once mounted, before or after the kernel takes the INIT reply: the
+// reply's max_readahead (kInitMaxReadahead) is above any value asked, so the
+// kernel's min() with it keeps this one. Read back, so a value the kernel
+// rounds (to whole pages) or refuses is a warning naming the value in force.
+// Fails softly: the mount works without it.
 void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
   if (bytes == 0) return;
-  std::optional<std::string> device = MountDevice(mountpoint);
+  const uint64_t want_kib = bytes >> 10;
+  std::optional<std::string> device = MountDevice(CanonicalMountPath(mountpoint));
   if (!device) {
     spdlog::warn("read_ahead: {} not found in /proc/self/mountinfo; keeping the kernel's readahead", mountpoint);
     return;
   }
   const std::string path = "/sys/class/bdi/" + *device + "/read_ahead_kb";
   std::ofstream out(path);
-  out << (bytes >> 10) << '\n';
+  out << want_kib << '\n';
   out.flush();
-  if (!out) {
-    spdlog::warn("read_ahead: cannot write {} ({}); keeping the kernel's readahead (writing it needs root)", path,
-                 std::strerror(errno));
-    return;
+  const bool written = static_cast<bool>(out);
+  const int err = errno;
+  out.close();
+  std::optional<uint64_t> in_force = ReadKib(path);
+  std::string in_force_text = in_force ? std::to_string(*in_force) + " KiB" : std::string("unknown");
+  if (!written) {
+    spdlog::warn("read_ahead={} KiB: cannot write {} ({}; writing it needs root); the readahead in force is {}",
+                 want_kib, path, std::strerror(err), in_force_text);
+  } else if (in_force != want_kib) {
+    spdlog::warn("read_ahead={} KiB: the kernel keeps {} at {}", want_kib, path, in_force_text);
+  } else {
+    spdlog::debug("read_ahead: {} KiB in force ({})", *in_force, path);
   }
-  spdlog::debug("read_ahead: {} set to {} KiB", path, bytes >> 10);
+}
+
+// An adopted descriptor must be /dev/fuse (character device 10:229) opened
+// read-write, or the kernel's first request would fail obscurely.
+Status CheckFuseDescriptor(int fd, const std::string& name) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return InvalidArgumentError(name + " is not an open descriptor (" + std::strerror(errno) +
+                                "): the parent must open /dev/fuse, mount it with fd=N and pass the descriptor "
+                                "on without O_CLOEXEC");
+  }
+  if (!S_ISCHR(st.st_mode) || major(st.st_rdev) != 10 || minor(st.st_rdev) != 229) {
+    return InvalidArgumentError(name + " is not /dev/fuse: give the descriptor of /dev/fuse that the parent "
+                                       "mounted with fd=N, or a directory to mount on");
+  }
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_ACCMODE) != O_RDWR) {
+    return InvalidArgumentError(name + " is /dev/fuse but not opened read-write (O_RDWR)");
+  }
+  return OkStatus();
+}
+
+// Whether this process may open /dev/fuse itself: one descriptor per worker
+// thread (clone_fd) needs it. A daemon handed /dev/fd/N in a sandbox without
+// the device node shares the one descriptor instead, without libfuse's error.
+bool CanOpenDevFuse() {
+  int fd = ::open("/dev/fuse", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  ::close(fd);
+  return true;
 }
 
 }  // namespace
@@ -318,9 +371,16 @@ void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
 StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options,
                                                         Metrics& metrics) {
   std::unique_ptr<FuseServer> server(new FuseServer(ns, options, metrics));
+  server->loop_thread_ = ::pthread_self();
+  if (std::optional<int> fd = FuseFdOfMountPoint(options.mountpoint)) {
+    RETURN_IF_ERROR(CheckFuseDescriptor(*fd, options.mountpoint));
+    server->fuse_fd_ = *fd;
+  }
+  // In /dev/fd/N mode these kernel mount options are unused (the parent's
+  // mount data counts); max_read must still match what Init() answers.
   std::string fuse_opts = "ro,default_permissions,fsname=" + options.source +
                           ",subtype=tensorfs,max_read=" + std::to_string(kMaxRead);
-  if (options.allow_other) fuse_opts += ",allow_other";
+  if (options.allow_other && !server->adopted_fd()) fuse_opts += ",allow_other";
   std::vector<std::string> args_storage = {"tensorfs", "-o", fuse_opts};
   if (options.fuse_debug) args_storage.push_back("-d");
   std::vector<char*> argv;
@@ -332,35 +392,49 @@ StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const Mou
   if (server->session_ == nullptr) return InternalError("cannot create a FUSE session (see the message above)");
   if (fuse_set_signal_handlers(server->session_) != 0) return InternalError("cannot install signal handlers");
   server->signals_set_ = true;
-  // Resolved before mounting: afterwards the path leads into this file system.
-  char resolved[PATH_MAX];
-  const std::string mountpoint =
-      ::realpath(options.mountpoint.c_str(), resolved) != nullptr ? std::string(resolved) : options.mountpoint;
+  // With /dev/fd/N libfuse adopts the descriptor: no mount(2), no fusermount3.
   if (fuse_session_mount(server->session_, options.mountpoint.c_str()) != 0) {
+    if (server->adopted_fd()) return InvalidArgumentError("cannot serve " + options.mountpoint);
+    // Only now look at the mount point, to say what is wrong with it.
+    RETURN_IF_ERROR(CheckMountPointDirectory(options.mountpoint));
     return UnavailableError("cannot mount on " + options.mountpoint +
                             ": is /dev/fuse available and are you root (or is fuse3 installed)?");
   }
-  server->mounted_ = true;
-  SetReadAhead(mountpoint, options.read_ahead);
+  server->mounted_ = !server->adopted_fd();
+  if (server->adopted_fd()) {
+    spdlog::debug("serving the FUSE descriptor {} mounted by the parent", options.mountpoint);
+  } else {
+    SetReadAhead(options.mountpoint, options.read_ahead);
+  }
   return server;
 }
 
 Status FuseServer::Run() {
   fuse_loop_config* config = fuse_loop_cfg_create();
   // One /dev/fuse descriptor per worker: workers do not contend on one file's
-  // lock to read requests and write replies (libfuse falls back to the shared
-  // descriptor, with a message, where cloning fails).
-  fuse_loop_cfg_set_clone_fd(config, 1);
+  // lock to read requests and write replies.
+  fuse_loop_cfg_set_clone_fd(config, !adopted_fd() || CanOpenDevFuse() ? 1 : 0);
   fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options_.max_threads));
   fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(std::min(options_.max_threads, 10)));
   int rc = fuse_session_loop_mt(session_, config);
   fuse_loop_cfg_destroy(config);
   if (on_stopping_) on_stopping_();
-  fuse_session_unmount(session_);
-  mounted_ = false;
-  spdlog::info("unmounted {}", options_.mountpoint);
-  // A positive result is the signal that asked us to stop: a clean exit.
+  if (mounted_) {
+    fuse_session_unmount(session_);
+    mounted_ = false;
+    spdlog::info("unmounted {}", options_.mountpoint);
+  } else {
+    spdlog::info("stopped serving {}", options_.mountpoint);
+  }
+  // A positive result is the signal that asked us to stop; 0 an unmount (the
+  // kernel ended the session): both clean exits.
   return rc >= 0 ? OkStatus() : InternalError("FUSE session ended with error " + std::to_string(rc));
+}
+
+void FuseServer::Stop() {
+  fuse_session_exit(session_);
+  // Wakes the loop's thread, waiting for its workers, as a signal would.
+  ::pthread_kill(loop_thread_, SIGTERM);
 }
 
 FuseServer::~FuseServer() {

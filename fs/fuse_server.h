@@ -3,11 +3,25 @@
 // thread that completes it). It decides nothing about storage.
 //
 // Life cycle: Mount() (the mount point is live when it returns OK), Run() (serves
-// until unmounted, or until SIGINT/SIGTERM/SIGHUP, then unmounts), destruction.
+// until unmounted, or until SIGINT/SIGTERM/SIGHUP or Stop(), then unmounts),
+// destruction.
+//
+// Who mounts. Given a directory, Mount() mounts it (mount(2) as root, else
+// fusermount3) and owns the kernel-side settings: allow_other, read-only and the
+// bdi's readahead. Given /dev/fd/N, a parent has already mounted that /dev/fuse
+// descriptor and owns those settings; Mount() only checks the descriptor and
+// serves it: no mount(2), no path lookup, nothing written to sysfs, and Run()
+// leaves the unmount to the parent (it ends when the parent unmounts).
+// Either way Mount() never resolves or stats the mount point before mounting:
+// an automount there would wait for this very mount.
+//
 // Thread-safety: Run() serves requests on up to options.max_threads threads;
-// the object itself is used from one thread.
+// Stop() may be called from any thread; the rest from the thread that called
+// Mount() (which must also call Run()).
 #ifndef TENSORFS_FS_FUSE_SERVER_H_
 #define TENSORFS_FS_FUSE_SERVER_H_
+
+#include <pthread.h>
 
 #include <functional>
 #include <memory>
@@ -26,10 +40,16 @@ class FuseServer {
  public:
   // The largest read the kernel sends in one request.
   static constexpr unsigned kMaxRead = 1 << 20;
+  // The INIT reply's max_readahead: the kernel lowers the bdi's readahead to it
+  // when it takes the reply, so it must not be below any readahead that this
+  // mount (read_ahead=) or a parent (/dev/fd/N) sets; the option's upper bound.
+  static constexpr unsigned kInitMaxReadahead = 1u << 30;
 
-  // Mounts `ns` at options.mountpoint. `ns`, `options` and `metrics` must
-  // outlive the server; the metrics are published for `tensorfs stats`, and
-  // reads answered with EIO are counted in them.
+  // Mounts `ns` at options.mountpoint, or adopts the /dev/fd/N named there.
+  // `ns`, `options` and `metrics` must outlive the server; the metrics are
+  // published for `tensorfs stats`, and reads answered with EIO are counted in
+  // them. Errors say what to fix (a missing directory, a descriptor that is not
+  // /dev/fuse opened read-write).
   static StatusOr<std::unique_ptr<FuseServer>> Mount(Namespace& ns, const MountOptions& options,
                                                      Metrics& metrics);
   ~FuseServer();
@@ -39,9 +59,16 @@ class FuseServer {
   // of shutdown, e.g. for systemd's STOPPING=1. Set it before Run().
   void OnStopping(std::function<void()> callback) { on_stopping_ = std::move(callback); }
 
-  // Serves until the file system is unmounted or a signal asks to stop; the
-  // mount point is unmounted when this returns.
+  // Serves until the file system is unmounted or a signal (or Stop()) asks to
+  // stop; a mount made by Mount() is unmounted when this returns.
   Status Run();
+
+  // Asks Run() to return, as SIGTERM does. From any thread; signals must be
+  // blocked in the calling thread if it is not the one running Run().
+  void Stop();
+
+  // True when serving a descriptor handed over as /dev/fd/N.
+  bool adopted_fd() const { return fuse_fd_ >= 0; }
 
  private:
   FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
@@ -51,6 +78,8 @@ class FuseServer {
   const MountOptions& options_;
   Metrics& metrics_;
   fuse_session* session_ = nullptr;
+  int fuse_fd_ = -1;  // N of /dev/fd/N, or -1 when Mount() mounted a directory
+  pthread_t loop_thread_{};  // the thread that called Mount() and runs Run()
   bool mounted_ = false;
   bool signals_set_ = false;
   std::function<void()> on_stopping_;

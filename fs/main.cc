@@ -3,8 +3,10 @@
 //   tensorfs SOURCE MOUNTPOINT [options]
 //   tensorfs inspect SOURCE [--json]
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -12,20 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "core/engine/read_engine.h"
-#include "core/metrics/metrics.h"
-#include "core/metrics/prometheus.h"
 #include "core/options/mount_helper.h"
 #include "core/options/mount_options.h"
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
-#include "core/util/log_limiter.h"
 #include "core/util/logging.h"
-#include "core/vfs/namespace.h"
-#include "fs/daemon.h"
-#include "fs/fuse_server.h"
-#include "fs/mount_recovery.h"
-#include "fs/service_notifier.h"
+#include "fs/exit_status.h"
+#include "fs/handoff.h"
+#include "fs/mount_params.h"
+#include "fs/startup.h"
 #include "fs/stats.h"
 
 namespace tensorfs {
@@ -36,13 +33,22 @@ constexpr char kDescription[] =
     "for loaders that open, read and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
-    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n\n"
-    "SOURCE is a local directory or gs://bucket[/prefix]. Options can also be given fstab-style:\n"
-    "-o name[=value],...";
+    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
+    "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
+    "SOURCE is a local directory or gs://bucket[/prefix]. MOUNTPOINT is a directory, or /dev/fd/N: a\n"
+    "/dev/fuse descriptor that a parent has opened and mounted (fd=N) and hands over; tensorfs then\n"
+    "serves it without mounting or privileges. Options can also be given fstab-style: -o name[=value],...\n\n";
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tensorfs: %s\n", status.message().c_str());
   return 1;
+}
+
+// An invalid command line or option of a mount: a permanent error.
+int FailUsage(const MountOptions& options, const Status& status) {
+  const bool names_help = status.message().find("--help") != std::string::npos;
+  return FailStartup(options, ExitStatus::kUsage,
+                     names_help ? status : Status(status.code(), status.message() + " (see tensorfs --help)"));
 }
 
 int RunInspect(const MountOptions& options, bool json, const std::string& layer_regex) {
@@ -55,51 +61,6 @@ int RunInspect(const MountOptions& options, bool json, const std::string& layer_
   // A corrupt file (or an index that disagrees with the shards) is reported,
   // and makes the command fail so scripts notice.
   return report->ok() ? 0 : 2;
-}
-
-int RunMount(const MountOptions& options) {
-  Daemon daemon;
-  if (!options.foreground) daemon.Start();  // before any thread exists
-  auto fail = [&](const Status& status) {
-    if (options.foreground) return Fail(status);
-    daemon.Failed(status.message());  // the waiting parent prints it
-    return 1;
-  };
-  Metrics metrics;  // outlives the store and the engine, which count into it
-  StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
-  if (!store.ok()) return fail(store.status());
-  ReadEngine engine(**store, options.engine, metrics);
-  StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
-  if (!grouper.ok()) return fail(grouper.status());
-  Namespace ns(**store, engine,
-               ViewOptions{.kinds = options.views,
-                           .grouper = std::make_shared<const LayerGrouper>(std::move(*grouper)),
-                           .prefetch_window = options.engine.prefetch_window});
-  if (Status s = ns.CheckReachable(); !s.ok()) return fail(s);
-  StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);
-  if (!server.ok()) return fail(server.status());
-  std::unique_ptr<PrometheusServer> prometheus;
-  if (options.prometheus_port != 0) {
-    StatusOr<std::unique_ptr<PrometheusServer>> started = PrometheusServer::Start(metrics, options.prometheus_port);
-    if (!started.ok()) {
-      server->reset();  // unmount before the waiting parent reports the failure
-      return fail(started.status());
-    }
-    prometheus = std::move(*started);
-    spdlog::info("serving metrics at http://127.0.0.1:{}/metrics", prometheus->port());
-  }
-  ServiceNotifier notifier(options.source, options.mountpoint);  // systemd: READY=1, STOPPING=1
-  (*server)->OnStopping([&notifier] { notifier.Stopping(); });
-  daemon.Ready();
-  notifier.NotifyWhenServing();
-  Status status = (*server)->Run();
-  if (!status.ok()) spdlog::error("{}", status.message());
-  // Unmounted. Fetches still retrying against a slow server hold nothing worth
-  // waiting for (the mount is read-only): leave without joining them, after
-  // reporting the warnings the rate limiters held back.
-  FlushHeldBackWarnings();
-  spdlog::default_logger()->flush();
-  std::_Exit(status.ok() ? 0 : 1);
 }
 
 int RunStats(const std::string& mountpoint, bool json) {
@@ -122,15 +83,11 @@ int ValidateAndMount(MountOptions options) {
   if (!options.source.empty() && !options.source.starts_with("gs://")) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
-  // A mount point left dead by a tensorfs that was killed would fail validation.
-  if (StatusOr<bool> recovered = RecoverDeadMountPoint(options.mountpoint); !recovered.ok()) {
-    return Fail(recovered.status());
+  if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
+  if (FuseFdOfMountPoint(options.mountpoint)) {  // the parent owns the kernel mount
+    if (std::string note = KernelMountOptionsNote(options); !note.empty()) spdlog::warn("{}", note);
   }
-  if (Status s = ValidateMountOptions(options); !s.ok()) {
-    std::fprintf(stderr, "tensorfs: %s\nRun tensorfs --help for usage.\n", s.message().c_str());
-    return 1;
-  }
-  return RunMount(options);
+  return MountAndServe(options);
 }
 
 // mount(8) runs /sbin/mount.tensorfs SOURCE DIR [-sfnv] [-o OPTIONS] for
@@ -138,7 +95,7 @@ int ValidateAndMount(MountOptions options) {
 int RunMountHelper(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   StatusOr<MountHelperArgs> helper = ParseMountHelperArgs(args);
-  if (!helper.ok()) return Fail(helper.status());
+  if (!helper.ok()) return FailUsage(MountOptions{}, helper.status());
   for (const std::string& warning : helper->warnings) std::fprintf(stderr, "mount.tensorfs: %s\n", warning.c_str());
   if (helper->verbose) {
     std::fprintf(stderr, "mount.tensorfs: tensorfs %s %s -o %s\n", helper->source.c_str(),
@@ -147,9 +104,12 @@ int RunMountHelper(int argc, char** argv) {
   MountOptions options;
   options.source = helper->source;
   options.mountpoint = helper->mountpoint;
-  if (Status s = ApplyMountOptionList(options, helper->options); !s.ok()) return Fail(s);
+  if (Status s = ApplyMountOptionList(options, helper->options); !s.ok()) return FailUsage(options, s);
   if (helper->fake) {  // mount -f: check everything, mount nothing
-    if (Status s = ValidateMountOptions(options); !s.ok()) return Fail(s);
+    if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
+    if (Status s = CheckMountPointDirectory(options.mountpoint); !s.ok()) {
+      return FailStartup(options, ExitStatus::kMountPoint, s);
+    }
     return 0;
   }
   return ValidateAndMount(options);
@@ -157,7 +117,7 @@ int RunMountHelper(int argc, char** argv) {
 
 int Main(int argc, char** argv) {
   if (argc > 0 && IsMountHelperInvocation(argv[0])) return RunMountHelper(argc, argv);
-  CLI::App app(kDescription, "tensorfs");
+  CLI::App app(std::string(kDescription) + std::string(kExitStatusHelp), "tensorfs");
   app.set_help_flag("-h,--help", "print this help and exit");
   app.require_subcommand(0, 1);
 
@@ -208,12 +168,29 @@ int Main(int argc, char** argv) {
   stats->add_option("MOUNTPOINT", stats_mountpoint, "a tensorfs mount point")->required();
   stats->add_flag("--json", stats_json, "print JSON for machines");
 
+  CLI::App* handoff = app.add_subcommand("handoff", "serve the /dev/fuse descriptors a Kubernetes node plugin "
+                                                    "hands over on the Unix sockets in SOCKET_DIR, one child "
+                                                    "tensorfs per mount; exit when all have ended");
+  std::string handoff_dir;
+  int handoff_wait_s = 30;
+  handoff->add_option("SOCKET_DIR", handoff_dir, "directory holding the node plugin's sockets")->required();
+  handoff->add_option("--wait", handoff_wait_s, "seconds to wait for the first socket (default 30)");
+  bool print_mount_params = false;
+  app.add_flag("--print-mount-params", print_mount_params,
+               "print the mount(2) data, flags and read_ahead_kb that a parent mounting for "
+               "tensorfs SOURCE /dev/fd/N should apply, for the -o options given, and exit");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // --help is a "success" ParseError
+    return rc == 0 ? 0 : static_cast<int>(ExitStatus::kUsage);
   }
   if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
+  if (handoff->parsed()) {
+    SetUpLogging("info");
+    return RunHandoff(handoff_dir, std::chrono::seconds(handoff_wait_s));
+  }
   if (inspect->parsed()) {
     for (const std::string& list : inspect_o_lists) {
       if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
@@ -221,11 +198,24 @@ int Main(int argc, char** argv) {
     return RunInspect(inspect_options, inspect_json, inspect_regex);
   }
 
+  if (FuseFdOfMountPoint(options.mountpoint)) {
+    // A parent such as mount.fuse3 -o drop_privileges hands the file system it
+    // runs on /dev/fd/N its whole -o list, mount(8)'s generic flags (rw, dev,
+    // suid...) included: drop those as mount.tensorfs does.
+    std::vector<std::string> warnings;
+    for (std::string& list : o_lists) list = FilterMountHelperOptions(list, /*sloppy=*/false, warnings);
+    for (const std::string& warning : warnings) std::fprintf(stderr, "tensorfs: %s\n", warning.c_str());
+  }
   for (const std::string& list : o_lists) {
-    if (Status s = ApplyMountOptionList(options, list); !s.ok()) return Fail(s);
+    if (Status s = ApplyMountOptionList(options, list); !s.ok()) return FailUsage(options, s);
   }
   for (const auto& [name, value] : given) {
-    if (Status s = ApplyMountOption(options, name, value); !s.ok()) return Fail(s);
+    if (Status s = ApplyMountOption(options, name, value); !s.ok()) return FailUsage(options, s);
+  }
+  if (print_mount_params) {
+    std::string text = RenderMountParams(MountParamsFor(options, ::getuid(), ::getgid()));
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
   }
   return ValidateAndMount(options);
 }

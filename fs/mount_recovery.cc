@@ -56,18 +56,6 @@ std::string MountedFsType(const std::string& path) {
   return type;
 }
 
-// `path` made absolute, with its parent's symlinks resolved (the parent is a live
-// directory; the last component is the dead mount and cannot be looked at).
-std::string CanonicalMountPath(const std::string& path) {
-  namespace fsys = std::filesystem;
-  fsys::path p = fsys::path(path).lexically_normal();
-  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "dir/" -> "dir"
-  std::error_code ec;
-  fsys::path parent = fsys::canonical(p.has_parent_path() ? p.parent_path() : fsys::current_path(), ec);
-  if (ec) return fsys::absolute(p, ec).lexically_normal().string();
-  return (parent / p.filename()).string();
-}
-
 // Runs `fusermount3 -u -z path`; returns its exit status (or -1).
 int RunFusermountLazy(const std::string& path) {
   std::vector<std::string> args = {"fusermount3", "-u", "-z", path};
@@ -85,8 +73,21 @@ int RunFusermountLazy(const std::string& path) {
 
 }  // namespace
 
+std::string CanonicalMountPath(const std::string& path) {
+  namespace fsys = std::filesystem;
+  fsys::path p = fsys::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();  // "dir/" -> "dir"
+  std::error_code ec;
+  fsys::path parent = fsys::canonical(p.has_parent_path() ? p.parent_path() : fsys::current_path(), ec);
+  if (ec) return fsys::absolute(p, ec).lexically_normal().string();
+  return (parent / p.filename()).string();
+}
+
 StatusOr<bool> RecoverDeadMountPoint(const std::string& mountpoint) {
   if (mountpoint.empty()) return false;
+  const std::string path = CanonicalMountPath(mountpoint);
+  const std::string type = MountedFsType(path);
+  if (type != "fuse" && !type.starts_with("fuse.")) return false;  // not ours to recover, and not looked at
   // stat() may be answered from the kernel's attribute cache for a while after
   // the daemon died; statfs() always asks the daemon.
   struct stat st;
@@ -94,13 +95,6 @@ StatusOr<bool> RecoverDeadMountPoint(const std::string& mountpoint) {
   bool dead = (::stat(mountpoint.c_str(), &st) != 0 && errno == ENOTCONN) ||
               (::statfs(mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN);
   if (!dead) return false;
-  const std::string path = CanonicalMountPath(mountpoint);
-  const std::string type = MountedFsType(path);
-  if (type != "fuse" && !type.starts_with("fuse.")) {
-    return UnavailableError("mount point " + mountpoint +
-                            " does not answer (Transport endpoint is not connected): a FUSE mount above it "
-                            "has died; unmount that one with fusermount3 -uz DIR");
-  }
   std::string how;
   if (::umount2(path.c_str(), MNT_DETACH) == 0) {
     how = "umount2(MNT_DETACH)";

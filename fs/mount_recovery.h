@@ -22,7 +22,15 @@ namespace tensorfs {
 // True if `mountpoint` was a dead FUSE mount and is now detached; false if there
 // was nothing to do; an error, saying what to run, if a dead mount could not be
 // detached.
+// Looks at /proc/self/mountinfo first and touches the mount point only when a
+// FUSE mount is listed there: an automount on it (systemd's x-systemd.automount)
+// would otherwise wait for the very mount that is starting.
 StatusOr<bool> RecoverDeadMountPoint(const std::string& mountpoint);
+
+// `path` made absolute, with its parent's symbolic links resolved but never
+// the last component (a dead mount, or an automount, cannot be looked at):
+// how /proc/self/mountinfo names a mount on it.
+std::string CanonicalMountPath(const std::string& path);
 
 }  // namespace tensorfs
 

@@ -32,11 +32,18 @@ ServiceNotifier::ServiceNotifier(std::string source, std::string mountpoint)
 
 ServiceNotifier::~ServiceNotifier() = default;
 
-void ServiceNotifier::NotifyWhenServing() {
+void ServiceNotifier::NotifyWhenServing(bool probe_mount_point) {
   // Nobody to tell. (The probe below also holds the mount point busy while it
   // waits, which would make an unmount right after mounting fail with EBUSY.)
   const char* socket = std::getenv("NOTIFY_SOCKET");
   if (socket == nullptr || *socket == '\0') return;
+  if (!probe_mount_point) {
+    MutexLock lock(state_->mu);
+    if (state_->stopping) return;
+    std::string message = "READY=1\nSTATUS=Serving " + state_->source + " on " + state_->mountpoint;
+    sd_notify(0, message.c_str());
+    return;
+  }
   std::thread([state = state_] {
     // Blocks until the FUSE loop answers (or the mount goes away).
     struct statfs sfs;

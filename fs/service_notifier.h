@@ -34,8 +34,10 @@ class ServiceNotifier {
   ServiceNotifier& operator=(const ServiceNotifier&) = delete;
   ~ServiceNotifier();
 
-  // Starts the readiness check; call once, after mounting, before serving.
-  void NotifyWhenServing();
+  // Starts the readiness check; call once, after mounting. Without
+  // `probe_mount_point` (a /dev/fd/N mount, which has no path here) READY=1 is
+  // sent at once.
+  void NotifyWhenServing(bool probe_mount_point = true);
   // Sends STOPPING=1 (once).
   void Stopping();
 

@@ -68,6 +68,7 @@ run_ctest() {  # DIR [CTEST_ARGS...]
 mkdir -p build
 configure_and_build build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 run_ctest build/release
+bash tests/systemd/boot_test.sh build/release || [[ $? -eq 77 ]]  # tensorfs under a booted systemd
 
 configure_and_build build/asan -DCMAKE_BUILD_TYPE=Debug -DTENSORFS_SANITIZE=ON -DTENSORFS_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -124,34 +124,54 @@ std::string RenderPrometheusText(const Metrics& m) {
   return out;
 }
 
-StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(const Metrics& metrics, int port) {
-  std::string where = "127.0.0.1:" + std::to_string(port);
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(const Metrics& metrics, int port,
+                                                                   const std::string& address) {
+  // An IPv6 literal is written [addr]:port, as a URL would.
+  const bool v6 = address.find(':') != std::string::npos;
+  const std::string where = (v6 ? "[" + address + "]" : address) + ":" + std::to_string(port);
+  sockaddr_storage storage = {};
+  socklen_t addr_len = 0;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&storage);
+    a->sin6_family = AF_INET6;
+    a->sin6_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET6, address.c_str(), &a->sin6_addr) == 1) addr_len = sizeof *a;
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&storage);
+    a->sin_family = AF_INET;
+    a->sin_port = htons(static_cast<uint16_t>(port));
+    if (::inet_pton(AF_INET, address.c_str(), &a->sin_addr) == 1) addr_len = sizeof *a;
+  }
+  if (addr_len == 0) {
+    return InvalidArgumentError("cannot serve metrics on " + where +
+                                ": not an IP address; give -o prometheus_address an IPv4 or IPv6 address such "
+                                "as 127.0.0.1, 0.0.0.0 (every interface) or ::");
+  }
+  int fd = ::socket(storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return UnavailableError("cannot serve metrics on " + where + ": socket: " + ErrnoText(errno));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // rebinding after a restart
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&storage), addr_len) != 0 || ::listen(fd, 16) != 0) {
     int err = errno;
     ::close(fd);
-    std::string why = err == EADDRINUSE ? "the port is already in use by another process"
-                      : err == EACCES ? "permission denied"
-                                      : ErrnoText(err);
+    std::string why = err == EADDRINUSE      ? "the port is already in use by another process"
+                      : err == EACCES        ? "permission denied"
+                      : err == EADDRNOTAVAIL ? "no interface of this machine has that address"
+                                             : ErrnoText(err);
     return UnavailableError("cannot serve metrics on " + where + ": " + why +
-                            "; choose another -o prometheus_port");
+                            "; choose another -o prometheus_port or -o prometheus_address");
   }
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  socklen_t len = sizeof storage;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &len);
+  const int bound_port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port
+                                  : reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
   int wake = ::eventfd(0, EFD_CLOEXEC);
   if (wake < 0) {
     int err = errno;
     ::close(fd);
     return UnavailableError("cannot serve metrics on " + where + ": eventfd: " + ErrnoText(err));
   }
-  std::unique_ptr<PrometheusServer> server(new PrometheusServer(metrics, fd, wake, ntohs(addr.sin_port)));
+  std::unique_ptr<PrometheusServer> server(new PrometheusServer(metrics, fd, wake, bound_port));
   server->thread_ = std::thread([s = server.get()] { s->Serve(); });
   return server;
 }

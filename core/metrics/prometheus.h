@@ -1,6 +1,7 @@
 // The mount's Metrics for Prometheus: RenderPrometheusText() writes them in the
 // text exposition format (version 0.0.4), and PrometheusServer answers
-// GET /metrics with it on 127.0.0.1 (-o prometheus_port=N).
+// GET /metrics with it on -o prometheus_address (127.0.0.1 unless set, e.g. to
+// 0.0.0.0 for a scrape from outside a pod) and -o prometheus_port=N.
 //
 // Families (every one is always present, zero until something happens):
 //   tensorfs_read_requests_total, tensorfs_served_bytes_total,
@@ -17,10 +18,12 @@
 // A field added to Metrics is added here too.
 //
 // The server is deliberately small: one thread accepts on a socket bound to
-// 127.0.0.1 only, serves one request per connection (HTTP/1.0 or 1.1, closed
+// one address (loopback by default), serves one request per connection (HTTP/1.0 or 1.1, closed
 // after the reply: 200 for /metrics, 404 for any other path, 405 for a method
-// other than GET or HEAD), and gives a client that stalls 2 s up. It is not
-// reachable from other machines; put a proxy in front to scrape it remotely.
+// other than GET or HEAD), and gives a client that stalls 2 s up. On the
+// default loopback address it is not reachable from other machines; bound to
+// another it serves anyone who can reach that address (the metrics name no
+// object and hold no secret), so a pod's network policy decides who scrapes.
 //
 // Thread-safety: RenderPrometheusText() may run concurrently with updates to
 // the Metrics (each value is read once, with relaxed loads). A PrometheusServer
@@ -44,10 +47,12 @@ std::string RenderPrometheusText(const Metrics& metrics);
 
 class PrometheusServer {
  public:
-  // Listens on 127.0.0.1:`port` (0: any free port, see port()) and starts
-  // serving `metrics`, which must outlive the server. Fails, saying which port
-  // and why, when the port cannot be bound (e.g. another process has it).
-  static StatusOr<std::unique_ptr<PrometheusServer>> Start(const Metrics& metrics, int port);
+  // Listens on `address`:`port` (an IPv4 or IPv6 literal; port 0: any free
+  // port, see port()) and starts serving `metrics`, which must outlive the
+  // server. Fails, saying which address and why, when it cannot be bound
+  // (another process has the port, no interface has the address).
+  static StatusOr<std::unique_ptr<PrometheusServer>> Start(const Metrics& metrics, int port,
+                                                           const std::string& address = "127.0.0.1");
 
   PrometheusServer(const PrometheusServer&) = delete;
   PrometheusServer& operator=(const PrometheusServer&) = delete;

@@ -1,5 +1,6 @@
 #include "core/options/mount_options.h"
 
+#include <arpa/inet.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,6 +9,8 @@
 #include <regex>
 
 #include <spdlog/spdlog.h>
+
+#include "core/options/memory_limit.h"
 
 namespace tensorfs {
 namespace {
@@ -101,7 +104,7 @@ const std::array kOptions = {
                }},
     OptionSpec{"cache_size", "SIZE",
                "memory for cached chunks, e.g. 4G; the whole mount stays within it plus ~128 MiB "
-               "(default 2G)",
+               "(default 2G, or in a cgroup with a memory limit 3/4 of (limit - 128 MiB) when that is less)",
                [](MountOptions& o, std::string_view v) { return ParseSize("cache_size", v, o.engine.cache_size); }},
     OptionSpec{"chunk_size", "SIZE",
                "largest range request; small tensors are fetched together up to it, larger ones in "
@@ -168,6 +171,19 @@ const std::array kOptions = {
                  o.prometheus_port = static_cast<int>(port);
                  return OkStatus();
                }},
+    OptionSpec{"prometheus_address", "ADDRESS",
+               "the IP address the metrics of prometheus_port listen on: 0.0.0.0 or :: for every interface, "
+               "e.g. for a scrape from outside a pod (default 127.0.0.1)",
+               [](MountOptions& o, std::string_view v) {
+                 const std::string address(v);
+                 in6_addr buf;
+                 if (::inet_pton(AF_INET, address.c_str(), &buf) != 1 && ::inet_pton(AF_INET6, address.c_str(), &buf) != 1) {
+                   return InvalidArgumentError("prometheus_address=" + address +
+                                               ": give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::");
+                 }
+                 o.prometheus_address = address;
+                 return OkStatus();
+               }},
     OptionSpec{"endpoint", "URL",
                "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
                "$STORAGE_EMULATOR_HOST if set, else https://storage.googleapis.com)",
@@ -191,6 +207,25 @@ const std::array kOptions = {
                "EIO (default 120)",
                [](MountOptions& o, std::string_view v) {
                  return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
+               }},
+    OptionSpec{"startup_deadline", "SECONDS",
+               "how long start-up keeps retrying to reach the source before it gives up with exit status 1 "
+               "(default 60: shorter than systemd's start and mount timeouts, so the reason reaches the journal)",
+               [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("startup_deadline", v, 1, 3600, o.startup_deadline_s);
+               }},
+    OptionSpec{"ready_file", "PATH",
+               "write PATH once the source has been reached and the mount serves it (for a startup probe)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.ready_file = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"error_file", "PATH", "if start-up fails, write the reason to PATH as well as to stderr",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.error_file = std::string(v);
+                 return OkStatus();
                }},
     OptionSpec{"stall_timeout", "SECONDS",
                "gs:// only: abandon (and retry) a response that delivers no bytes for this long "
@@ -346,22 +381,40 @@ Status ValidateMountOptions(MountOptions& options) {
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
   }
+  if (options.given.contains("prometheus_address") && options.prometheus_port == 0) {
+    return InvalidArgumentError("prometheus_address needs prometheus_port: add -o prometheus_port=PORT");
+  }
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }
+  // In a container, the default cache follows its memory limit (memory_limit.h).
+  ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));
+  if (!from_limit.empty()) spdlog::info("{}", from_limit);
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());
-  struct stat st;
-  if (::stat(options.mountpoint.c_str(), &st) != 0) {
-    return InvalidArgumentError("mount point " + options.mountpoint +
-                                " does not exist (or is a dead mount: fusermount3 -u it): create it "
-                                "with mkdir -p " + options.mountpoint);
-  }
-  if (!S_ISDIR(st.st_mode)) {
-    return InvalidArgumentError("mount point " + options.mountpoint + " is not a directory");
-  }
   return OkStatus();
+}
+
+Status CheckMountPointDirectory(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) {
+    return InvalidArgumentError("mount point " + mountpoint +
+                                " does not exist (or is a dead mount: fusermount3 -u it): create it "
+                                "with mkdir -p " + mountpoint);
+  }
+  if (!S_ISDIR(st.st_mode)) return InvalidArgumentError("mount point " + mountpoint + " is not a directory");
+  return OkStatus();
+}
+
+std::optional<int> FuseFdOfMountPoint(std::string_view mountpoint) {
+  constexpr std::string_view kPrefix = "/dev/fd/";
+  if (!mountpoint.starts_with(kPrefix)) return std::nullopt;
+  std::string_view digits = mountpoint.substr(kPrefix.size());
+  int fd = -1;
+  auto [ptr, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), fd);
+  if (digits.empty() || ec != std::errc() || ptr != digits.data() + digits.size() || fd < 0) return std::nullopt;
+  return fd;
 }
 
 }  // namespace tensorfs

@@ -25,7 +25,9 @@ namespace tensorfs {
 
 struct MountOptions {
   std::string source;      // local directory or gs://bucket[/prefix]
-  std::string mountpoint;  // an existing directory
+  // An existing directory, or /dev/fd/N: a /dev/fuse descriptor that a parent
+  // has already mounted and hands over (see FuseFdOfMountPoint).
+  std::string mountpoint;
 
   bool foreground = false;   // -f: stay in the foreground
   bool fuse_debug = false;   // -d: libfuse's request trace (implies foreground)
@@ -41,7 +43,13 @@ struct MountOptions {
   std::set<std::string, std::less<>> given;
   uint64_t read_ahead = 0;  // the mount's kernel readahead (bdi read_ahead_kb); 0: kernel default
   std::string log_level = "info";
-  int prometheus_port = 0;  // serve GET /metrics on 127.0.0.1:port; 0: off
+  // Start-up: how long the first listing of the source may keep retrying before
+  // tensorfs gives up (exit status 1); shorter than systemd's start timeouts.
+  double startup_deadline_s = 60;
+  std::string ready_file;  // written once the source has been reached ("" = none)
+  std::string error_file;  // a start-up failure's reason is written here too ("" = none)
+  int prometheus_port = 0;  // serve GET /metrics on prometheus_address:port; 0: off
+  std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
 
   // gs:// sources only.
   std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)
@@ -80,10 +88,20 @@ Status ApplyMountOptionList(MountOptions& options, std::string_view list);
 inline constexpr int kMinFittedFetches = 8;
 StatusOr<std::string> FitEngineToCache(MountOptions& options);
 
-// Checks the whole struct (source and mount point given and usable, values in
-// range), after FitEngineToCache, whose note it logs as a warning (a second
-// call finds nothing to change). The message says what to fix.
+// Checks the whole struct (source and mount point given, values in range),
+// after FitEngineToCache, whose note it logs as a warning (a second call finds
+// nothing to change). The message says what to fix. It does not look at the
+// mount point: start-up must not touch it before mounting (an automount there
+// would wait for this very mount); see CheckMountPointDirectory.
 Status ValidateMountOptions(MountOptions& options);
+
+// Why `mountpoint` cannot be mounted on (missing, not a directory), or OK. Used
+// to explain a failed mount, and by `mount -f`, which mounts nothing.
+Status CheckMountPointDirectory(const std::string& mountpoint);
+
+// N when `mountpoint` is "/dev/fd/N": the caller holds a /dev/fuse descriptor
+// that it has mounted itself, and tensorfs serves it without mounting.
+std::optional<int> FuseFdOfMountPoint(std::string_view mountpoint);
 
 }  // namespace tensorfs
 

@@ -240,7 +240,7 @@ TEST(CommandLineTest, BackgroundMountReturnsOnceLive) {
 TEST(CommandLineTest, MissingSourceFailsWithoutMounting) {
   testing::TempDir mnt;
   auto result = RunCommand(TensorfsBinary() + " /nonexistent/ckpt " + mnt.path());
-  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.exit_code, 4);  // the source does not exist
   EXPECT_THAT(result.output, HasSubstr("/nonexistent/ckpt"));
   EXPECT_FALSE(testing::IsMounted(mnt.path()));
 }
@@ -248,20 +248,20 @@ TEST(CommandLineTest, MissingSourceFailsWithoutMounting) {
 TEST(CommandLineTest, MissingMountPointSaysWhatToDo) {
   testing::TempDir src;
   auto result = RunCommand(TensorfsBinary() + " " + src.path() + " /nonexistent/mnt");
-  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.exit_code, 3);  // the mount point cannot be used
   EXPECT_THAT(result.output, HasSubstr("mkdir -p /nonexistent/mnt"));
   auto no_mnt = RunCommand(TensorfsBinary() + " " + src.path());
-  EXPECT_EQ(no_mnt.exit_code, 1);
+  EXPECT_EQ(no_mnt.exit_code, 2);  // usage
   EXPECT_THAT(no_mnt.output, HasSubstr("missing MOUNTPOINT"));
 }
 
 TEST(CommandLineTest, BadOptionIsNamed) {
   testing::TempDir src, mnt;
   auto result = RunCommand(TensorfsBinary() + " " + src.path() + " " + mnt.path() + " -o allow_other,turbo");
-  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_EQ(result.exit_code, 2);  // usage
   EXPECT_THAT(result.output, HasSubstr("unknown option 'turbo'"));
   auto flag = RunCommand(TensorfsBinary() + " " + src.path() + " " + mnt.path() + " --max-threads=zero");
-  EXPECT_EQ(flag.exit_code, 1);
+  EXPECT_EQ(flag.exit_code, 2);
   EXPECT_THAT(flag.output, HasSubstr("max_threads"));
 }
 

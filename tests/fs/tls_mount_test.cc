@@ -113,7 +113,7 @@ TEST_F(TlsMountTest, CaFileHoldingNoCertificateIsRefusedAtStart) {
   testing::TempDir mnt;
   const std::string not_a_ca = certs_->path() + "/server.key";
   testing::CommandResult result = RunCommand(Mount(mnt.path(), not_a_ca));
-  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.exit_code, 2) << result.output;  // an invalid option: permanent
   EXPECT_THAT(result.output, HasSubstr("ca_file " + not_a_ca + " holds no PEM certificate"));
   EXPECT_FALSE(testing::IsMounted(mnt.path()));
 }
@@ -122,7 +122,7 @@ TEST_F(TlsMountTest, MissingCaFileIsRefusedAtStart) {
   testing::TempDir mnt;
   const std::string missing = certs_->path() + "/missing.pem";
   testing::CommandResult result = RunCommand(Mount(mnt.path(), missing));
-  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_EQ(result.exit_code, 2) << result.output;  // an invalid option: permanent
   EXPECT_THAT(result.output, HasSubstr("ca_file " + missing + " cannot be read"));
   EXPECT_FALSE(testing::IsMounted(mnt.path()));
 }

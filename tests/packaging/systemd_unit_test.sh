@@ -70,7 +70,7 @@ check "the example configuration names both variables" \
 # The ExecStart line expands to a command line tensorfs accepts: the options as
 # the service would pass them, with and without TENSORFS_OPTIONS.
 for opts in "" "allow_other,log_level=debug"; do
-  out=$("$binary" /nonexistent-source /nonexistent-mnt -f -o "ro,$opts" 2>&1 || true)
+  out=$("$binary" "$work" /nonexistent-mnt -f -o "ro,$opts" 2>&1 || true)
   if ! grep -q 'mkdir -p /nonexistent-mnt' <<<"$out"; then
     echo "FAIL: tensorfs SRC DIR -f -o ro,$opts did not get as far as checking the mount point: $out" >&2
     fail=1

@@ -7,11 +7,13 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -473,10 +475,36 @@ StatusOr<std::unique_ptr<CredentialsProvider>> MakeCredentials(const GcsOptions&
 
   std::string host = GetEnv("GCE_METADATA_HOST");
   if (host.empty()) host = std::string(kDefaultMetadataHost);
+  auto transient = [](const StatusOr<AccessToken>& t) {
+    return !t.ok() && (t.status().code() == ErrorCode::kUnavailable || t.status().code() == ErrorCode::kDeadlineExceeded);
+  };
+  // In a pod the metadata server may not answer yet: wait for it, within a bound.
+  const bool expected = !GetEnv("KUBERNETES_SERVICE_HOST").empty() || !GetEnv("GCE_METADATA_HOST").empty();
+  const Clock::TimePoint start = clock.Now();
+  const Clock::TimePoint give_up = start + (expected ? kMetadataProbeWindow : std::chrono::seconds(0));
+  std::chrono::milliseconds backoff = kMetadataProbeFirstBackoff;
+  int probes = 1;
   StatusOr<AccessToken> token = FetchMetadataToken(host, http, kMetadataProbeConnectTimeout);
-  if (!token.ok() && (token.status().code() == ErrorCode::kUnavailable ||
-                      token.status().code() == ErrorCode::kDeadlineExceeded)) {
-    tried.push_back("the metadata server at " + host + " (" + token.status().message() + ")");
+  while (transient(token) && clock.Now() + backoff <= give_up) {
+    if (probes == 1) {
+      spdlog::info("the metadata server at {} does not answer yet ({}); retrying for up to {} s", host,
+                   token.status().message(), kMetadataProbeWindow.count());
+    }
+    clock.Sleep(backoff);
+    backoff = std::min(2 * backoff, kMetadataProbeMaxBackoff);
+    ++probes;
+    token = FetchMetadataToken(host, http, kMetadataProbeConnectTimeout);
+  }
+  if (probes > 1 && token.ok()) {
+    spdlog::info("the metadata server at {} answered after {} probes", host, probes);
+  }
+  if (transient(token)) {
+    std::string detail = token.status().message();
+    if (probes > 1) {
+      detail += "; " + std::to_string(probes) + " probes over " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(clock.Now() - start).count()) + " s";
+    }
+    tried.push_back("the metadata server at " + host + " (" + detail + ")");
     std::string list;
     for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
     return PermissionDeniedError(

@@ -9,8 +9,13 @@
 //   4. gcloud's ADC file: $CLOUDSDK_CONFIG/application_default_credentials.json,
 //      else ~/.config/gcloud/application_default_credentials.json.
 //   5. The GCE/GKE metadata server ($GCE_METADATA_HOST, else 169.254.169.254),
-//      probed once with a short connect timeout so other machines fail fast with
-//      a message listing everything that was tried.
+//      probed with a short connect timeout. On a machine where no metadata
+//      server is expected the probe is made once, so it fails fast with a
+//      message listing everything that was tried. Where one is expected (in a
+//      Kubernetes pod, $KUBERNETES_SERVICE_HOST set, or $GCE_METADATA_HOST
+//      naming one) a probe that fails transiently (refused, timed out, 5xx) is
+//      retried for kMetadataProbeWindow: GKE's metadata server does not answer
+//      in a pod's first seconds.
 //
 // Service-account keys are exchanged for tokens with a self-signed RS256 JWT
 // (the OAuth 2.0 jwt-bearer grant); authorized_user files with their refresh
@@ -42,6 +47,11 @@ namespace tensorfs {
 inline constexpr std::string_view kReadOnlyScope = "https://www.googleapis.com/auth/devstorage.read_only";
 inline constexpr std::string_view kDefaultTokenUri = "https://oauth2.googleapis.com/token";
 inline constexpr std::string_view kDefaultMetadataHost = "169.254.169.254";
+// How long the metadata-server probe keeps retrying where a metadata server is
+// expected (see above); the waits between probes grow from 250 ms to 2 s.
+inline constexpr std::chrono::seconds kMetadataProbeWindow{30};
+inline constexpr std::chrono::milliseconds kMetadataProbeFirstBackoff{250};
+inline constexpr std::chrono::milliseconds kMetadataProbeMaxBackoff{2000};
 
 class CredentialsProvider {
  public:

@@ -326,5 +326,47 @@ TEST(PrometheusServerTest, ListensOnLoopbackOnly) {
   EXPECT_THAT(contents, ::testing::Not(HasSubstr(local)));
 }
 
+TEST(PrometheusServerTest, ListensOnEveryInterfaceWhenGivenTheWildcardAddress) {
+  Metrics metrics;
+  auto server = PrometheusServer::Start(metrics, 0, "0.0.0.0");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::ifstream tcp("/proc/net/tcp");
+  std::string contents((std::istreambuf_iterator<char>(tcp)), std::istreambuf_iterator<char>());
+  char local[32];
+  std::snprintf(local, sizeof local, "00000000:%04X", (*server)->port());
+  EXPECT_THAT(contents, HasSubstr(local)) << "0.0.0.0, in /proc/net/tcp's notation";
+  EXPECT_EQ(GetPath((*server)->port(), "/metrics").status_line, "HTTP/1.1 200 OK");
+}
+
+TEST(PrometheusServerTest, ListensOnAnIpv6Address) {
+  const int probe = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (probe < 0) GTEST_SKIP() << "no IPv6 on this machine";
+  ::close(probe);
+  Metrics metrics;
+  auto server = PrometheusServer::Start(metrics, 0, "::1");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  std::ifstream tcp("/proc/net/tcp6");
+  std::string contents((std::istreambuf_iterator<char>(tcp)), std::istreambuf_iterator<char>());
+  char local[48];
+  std::snprintf(local, sizeof local, "00000000000000000000000001000000:%04X", (*server)->port());
+  EXPECT_THAT(contents, HasSubstr(local)) << "::1, in /proc/net/tcp6's notation";
+}
+
+TEST(PrometheusServerTest, AnAddressThatIsNotAnIpIsAClearError) {
+  Metrics metrics;
+  auto server = PrometheusServer::Start(metrics, 0, "metrics.local");
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("metrics.local:0"));
+  EXPECT_THAT(server.status().message(), HasSubstr("prometheus_address"));
+}
+
+TEST(PrometheusServerTest, AnAddressNoInterfaceHasIsAClearError) {
+  Metrics metrics;
+  auto server = PrometheusServer::Start(metrics, 0, "192.0.2.1");  // TEST-NET-1: never local
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("192.0.2.1:0"));
+  EXPECT_THAT(server.status().message(), HasSubstr("no interface of this machine has that address"));
+}
+
 }  // namespace
 }  // namespace tensorfs

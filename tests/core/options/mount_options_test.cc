@@ -77,10 +77,21 @@ TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
   o.source = "/tmp";
   EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("missing MOUNTPOINT"));
   o.mountpoint = "/nonexistent/mnt";
-  EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("mkdir -p /nonexistent/mnt"));
-  testing::TempDir dir;
-  o.mountpoint = dir.path();
+  // The mount point itself is only looked at when mounting fails (an automount
+  // on it would wait for this very mount).
   EXPECT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_THAT(CheckMountPointDirectory(o.mountpoint).message(), HasSubstr("mkdir -p /nonexistent/mnt"));
+  testing::TempDir dir;
+  EXPECT_TRUE(CheckMountPointDirectory(dir.path()).ok());
+  EXPECT_THAT(CheckMountPointDirectory("/etc/hostname").message(), HasSubstr("not a directory"));
+}
+
+TEST(MountOptionsTest, DevFdMountPointNamesTheDescriptor) {
+  EXPECT_EQ(FuseFdOfMountPoint("/dev/fd/3"), 3);
+  EXPECT_EQ(FuseFdOfMountPoint("/dev/fd/12"), 12);
+  for (const char* other : {"/mnt/models", "/dev/fd/", "/dev/fd/3x", "/dev/fd/-1", "/dev/fuse", "dev/fd/3"}) {
+    EXPECT_EQ(FuseFdOfMountPoint(other), std::nullopt) << other;
+  }
 }
 
 TEST(MountOptionsTest, PrometheusPortIsOffByDefaultAndTakesAPortNumber) {

@@ -3,8 +3,15 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <sstream>
 #include <thread>
 
@@ -23,6 +30,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::tensorfs::testing::Base64UrlDecode;
+using ::tensorfs::testing::Deliver;
 using ::tensorfs::testing::FakeClock;
 using ::tensorfs::testing::FakeHttpClient;
 using ::tensorfs::testing::FakeReply;
@@ -76,6 +84,7 @@ class CredentialsTest : public ::testing::Test {
   ScopedEnv cloudsdk_{"CLOUDSDK_CONFIG", std::nullopt};
   ScopedEnv home_{"HOME", dir_.path()};
   ScopedEnv metadata_{"GCE_METADATA_HOST", std::nullopt};
+  ScopedEnv kubernetes_{"KUBERNETES_SERVICE_HOST", std::nullopt};
   FakeHttpClient http_;
   FakeClock clock_;
 };
@@ -326,6 +335,126 @@ TEST_F(CredentialsTest, NoCredentialsListsEverythingTried) {
   EXPECT_THAT(s.message(), HasSubstr("-o anonymous"));
   EXPECT_EQ(http_.requests()[0].url,
             "http://169.254.169.254/computeMetadata/v1/instance/service-accounts/default/token");
+}
+
+TEST_F(CredentialsTest, OutsideAPodAnUnreachableMetadataServerIsProbedOnce) {
+  http_.SetFallback([](const HttpRequest& req) {
+    return Deliver(req, FakeReply{.error = TransportError::kConnectFailed, .error_message = "Connection refused"});
+  });
+  EXPECT_EQ(MakeCredentials(GcsOptions{}, http_, clock_).status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(http_.requests().size(), 1u);
+  EXPECT_TRUE(clock_.sleeps().empty());
+}
+
+// A metadata server that starts answering `delay` after the first probe, on
+// the test's clock (each probe takes no time: the fake clock moves only in Sleep).
+void ServeTokensAfter(FakeHttpClient& http, FakeClock& clock, std::chrono::seconds delay) {
+  const Clock::TimePoint ready_at = clock.Now() + delay;
+  http.SetFallback([&clock, ready_at](const HttpRequest& req) {
+    if (clock.Now() < ready_at) {
+      return Deliver(req, FakeReply{.error = TransportError::kConnectFailed, .error_message = "Connection refused"});
+    }
+    return Deliver(req, TokenReply("tok-late"));
+  });
+}
+
+TEST_F(CredentialsTest, InAPodAMetadataServerFiveSecondsLateIsWaitedFor) {
+  ScopedEnv pod("KUBERNETES_SERVICE_HOST", "10.0.0.1");
+  ServeTokensAfter(http_, clock_, std::chrono::seconds(5));
+  auto creds = MakeCredentials(GcsOptions{}, http_, clock_);
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_EQ((*creds)->Describe(), "the metadata server at 169.254.169.254");
+  EXPECT_EQ((*creds)->AuthorizationHeader().value(), "Authorization: Bearer tok-late");
+  std::chrono::milliseconds waited{0};
+  for (std::chrono::milliseconds s : clock_.sleeps()) {
+    EXPECT_GE(s, kMetadataProbeFirstBackoff);
+    EXPECT_LE(s, kMetadataProbeMaxBackoff);
+    waited += s;
+  }
+  // Answered at the first probe after it came up: within one backoff of 5 s.
+  EXPECT_GE(waited, std::chrono::seconds(5));
+  EXPECT_LE(waited, std::chrono::seconds(5) + kMetadataProbeMaxBackoff);
+}
+
+TEST_F(CredentialsTest, AMetadataHostNamedInTheEnvironmentIsWaitedFor) {
+  ScopedEnv env("GCE_METADATA_HOST", "127.0.0.1:9999");
+  ServeTokensAfter(http_, clock_, std::chrono::seconds(5));
+  auto creds = MakeCredentials(GcsOptions{}, http_, clock_);
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_EQ((*creds)->AuthorizationHeader().value(), "Authorization: Bearer tok-late");
+  EXPECT_GT(http_.requests().size(), 1u);
+}
+
+TEST_F(CredentialsTest, InAPodTheMetadataProbeGivesUpAfterItsWindow) {
+  ScopedEnv pod("KUBERNETES_SERVICE_HOST", "10.0.0.1");
+  ServeTokensAfter(http_, clock_, std::chrono::hours(1));
+  Status s = MakeCredentials(GcsOptions{}, http_, clock_).status();
+  EXPECT_EQ(s.code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("no Google Cloud credentials found"));
+  EXPECT_THAT(s.message(), HasSubstr("probes over"));
+  std::chrono::milliseconds waited{0};
+  for (std::chrono::milliseconds w : clock_.sleeps()) waited += w;
+  EXPECT_LE(waited, kMetadataProbeWindow);
+  EXPECT_GE(waited, kMetadataProbeWindow - kMetadataProbeMaxBackoff);
+  EXPECT_EQ(http_.requests().size(), clock_.sleeps().size() + 1);
+}
+
+TEST_F(CredentialsTest, InAPodARefusalIsNotRetried) {
+  ScopedEnv pod("KUBERNETES_SERVICE_HOST", "10.0.0.1");
+  http_.Push(FakeReply{.status = 403, .body = R"({"error":"no service account"})"});
+  Status s = MakeCredentials(GcsOptions{}, http_, clock_).status();
+  EXPECT_EQ(s.code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("metadata server"));
+  EXPECT_EQ(http_.requests().size(), 1u);
+}
+
+// A real metadata server on 127.0.0.1 that comes up 5 s late: its socket is
+// bound at once (connects are refused) and listens only after the delay, then
+// answers one token request. The test's only timeouts catch hangs.
+TEST_F(CredentialsTest, InAPodARealMetadataServerFiveSecondsLateIsWaitedFor) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr = {};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  ScopedEnv pod("KUBERNETES_SERVICE_HOST", "10.0.0.1");
+  ScopedEnv host("GCE_METADATA_HOST", "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  std::atomic<bool> listening{false};
+  std::thread server([fd, &listening] {
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    ::listen(fd, 4);
+    listening = true;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 60000) != 1) return;
+    const int conn = ::accept(fd, nullptr, nullptr);
+    if (conn < 0) return;
+    std::string request;
+    char buf[4096];
+    while (request.find("\r\n\r\n") == std::string::npos) {
+      ssize_t n = ::recv(conn, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      request.append(buf, static_cast<size_t>(n));
+    }
+    const std::string body = json{{"access_token", "tok-real"}, {"expires_in", 3600}}.dump();
+    const std::string reply = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    (void)!::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL);
+    ::close(conn);
+  });
+  StatusOr<std::unique_ptr<HttpClient>> http = MakeCurlHttpClient(CurlHttpOptions{});
+  ASSERT_TRUE(http.ok());
+  auto probe = std::async(std::launch::async, [&] { return MakeCredentials(GcsOptions{}, **http, SystemClock()); });
+  const bool done = probe.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  server.join();
+  ::close(fd);
+  ASSERT_TRUE(done) << "the credentials probe hung";
+  StatusOr<std::unique_ptr<CredentialsProvider>> creds = probe.get();
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_TRUE(listening);
+  EXPECT_EQ((*creds)->AuthorizationHeader().value(), "Authorization: Bearer tok-real");
 }
 
 TEST_F(CredentialsTest, AnonymousSendsNoHeader) {
