@@ -6,6 +6,13 @@
 // rest is the response. Each input is parsed twice, whole (ParseHttpResponse)
 // and piece by piece as http.cc's DirectExchange feeds the parser, and the two
 // must agree on everything: status, fields, body, where it ended, the error.
+//
+// Built as fuzz_http_response by tests/fuzz/CMakeLists.txt (-DTENSORFS_FUZZ=ON);
+// it needs only the parser, so by hand:
+//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. tests/fuzz/http_response_fuzz.cc
+//       core/store/gcs/http_parser.cc -o fuzz_http_response
+//   ./fuzz_http_response -dict=tests/fuzz/http_response.dict -max_total_time=1800 WORK_DIR
+//       tests/fuzz/corpus/http_response
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
