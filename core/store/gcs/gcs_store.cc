@@ -66,8 +66,19 @@ bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last) 
   size_t dash = value.find('-');
   size_t slash = value.find('/');
   if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
-  return ParseUint(value.substr(0, dash), first) && ParseUint(value.substr(dash + 1, slash - dash - 1), last) &&
-         *first <= *last;
+  if (!ParseUint(value.substr(0, dash), first) || !ParseUint(value.substr(dash + 1, slash - dash - 1), last) ||
+      *first > *last) {
+    return false;
+  }
+  const std::string_view total = value.substr(slash + 1);
+  uint64_t size = 0;
+  return total == "*" || (ParseUint(total, &size) && size > *last);
+}
+
+std::chrono::milliseconds RangeReadTimeout(uint64_t bytes) {
+  const uint64_t ms = bytes / kRangeReadMinRate * 1000 + bytes % kRangeReadMinRate * 1000 / kRangeReadMinRate;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(kRangeReadAllowance) +
+         std::chrono::milliseconds(static_cast<int64_t>(ms));
 }
 
 StatusOr<ObjectInfo> ParseObjectResource(const json& resource, std::string_view prefix) {
@@ -338,41 +349,63 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
       resumed = done;
     }
     const uint64_t first = offset + done;
+    const uint64_t wanted = last - first + 1;
+    // The generation the bytes must come from: the read's, or (unpinned) the
+    // one the first bytes came from.
+    const std::string expected_generation = pinned ? object.generation.ToString() : seen_generation;
     HttpRequest req;
     req.url = base_url;
     if (!pinned && !seen_generation.empty()) req.url += "&generation=" + seen_generation;
     req.headers = {"Range: bytes=" + std::to_string(first) + "-" + std::to_string(last)};
     req.sink = out.subspan(done);
     req.max_body_bytes = kMaxErrorBody;
+    req.total_timeout = RangeReadTimeout(wanted);
     Status rejected;  // why a 2xx body was not accepted into the sink
     req.use_sink = [&](long status, const HttpHeaders& headers) {
       if (status != 200 && status != 206) return false;  // an error body, kept for its message
-      auto g = headers.find("x-goog-generation");
-      if (!pinned && seen_generation.empty() && g != headers.end()) seen_generation = g->second;
-      if (pinned) {
-        if (g != headers.end() && g->second != object.generation.ToString()) {
-          rejected = StaleError(ctx.object_url + " changed while mounted (generation " +
-                                object.generation.ToString() + " is gone; the server has generation " +
-                                g->second + ")");
-          return false;
-        }
-      }
+      // A body framed by Content-Length must be exactly the range asked for
+      // (a chunked one is held to it by the sink's size and the count below).
+      auto cl = headers.find("content-length");
+      uint64_t length = 0;
+      const bool length_ok = cl == headers.end() || (ParseUint(cl->second, &length) && length == wanted);
       if (status == 206) {
         uint64_t got_first = 0, got_last = 0;
         auto cr = headers.find("content-range");
         if (cr == headers.end() || !ParseContentRange(cr->second, &got_first, &got_last) || got_first != first ||
-            got_last > last) {
+            got_last != last) {
           rejected = InternalError(ctx.what + ": the server answered " +
                                    (cr == headers.end() ? std::string("without a Content-Range")
                                                         : "with Content-Range " + cr->second) +
                                    " to a request for " + RangeText(first, last));
           return false;
         }
-        return true;
+        if (!length_ok) {
+          rejected = InternalError(ctx.what + ": the server answered Content-Range " + cr->second +
+                                   " with Content-Length " + cl->second + " to a request for " +
+                                   RangeText(first, last) + " (" + std::to_string(wanted) + " bytes)");
+          return false;
+        }
+      } else if (first != 0) {
+        rejected = InternalError(ctx.what + ": the server ignored the Range header (HTTP 200)");
+        return false;
+      } else if (!length_ok) {  // HTTP 200: the whole object from byte 0, which must be the range asked for
+        rejected = InternalError(ctx.what + ": the server ignored the Range header (HTTP 200 with Content-Length " +
+                                 cl->second + " to a request for " + std::to_string(wanted) + " bytes)");
+        return false;
       }
-      if (first == 0) return true;  // HTTP 200: the whole object from byte 0; overflow stops it
-      rejected = InternalError(ctx.what + ": the server ignored the Range header (HTTP 200)");
-      return false;
+      auto g = headers.find("x-goog-generation");
+      if (expected_generation.empty()) {
+        if (g != headers.end()) seen_generation = g->second;
+      } else if (g == headers.end()) {
+        rejected = InternalError(ctx.what + ": the server answered without x-goog-generation, so the bytes " +
+                                 "cannot be known to be of generation " + expected_generation);
+        return false;
+      } else if (g->second != expected_generation) {
+        rejected = StaleError(ctx.object_url + " changed while mounted (generation " + expected_generation +
+                              " is gone; the server has generation " + g->second + ")");
+        return false;
+      }
+      return true;
     };
     const Clock::TimePoint started = clock_.Now();
     StatusOr<HttpResponse> r = Send(req);
@@ -392,7 +425,10 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
           got > 0, RetryCause::kTruncated);
     }
     AttemptResult result = ClassifyHttpResponse(*r, ctx);
-    result.progress = got > 0;
+    // A request stopped by its total timeout is too slow, however many bytes
+    // it brought: it does not restart the retry window, so a server trickling
+    // bytes holds a read for at most retry_deadline plus one request.
+    result.progress = got > 0 && r->error != TransportError::kTimeout;
     if (result.retryable && got > 0) {
       result.status = Status(result.status.code(), result.status.message() + " after " + std::to_string(got) +
                                                        " of " + std::to_string(last - first + 1) + " bytes");

@@ -22,7 +22,10 @@
 // connect timeout). Retries are counted by cause in the Metrics. A 401
 // refreshes the access token once. Reads are pinned to the generation they are
 // given: if that generation is gone the read fails with kStale (kNotFound if the
-// object itself was deleted), never returning bytes of another version.
+// object itself was deleted), never returning bytes of another version. A
+// range response is taken only if it says it is those bytes: x-goog-generation
+// equal to the pinned generation, Content-Range and Content-Length equal to the
+// range asked; each range request has a total timeout (RangeReadTimeout).
 //
 // With STORAGE_EMULATOR_HOST set (and no -o endpoint or key_file), requests are
 // anonymous, as in Google's client libraries.
@@ -36,6 +39,7 @@
 #define TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -128,8 +132,21 @@ class GcsStore : public ObjectStore {
 // means 0; "updated" becomes mtime_ns; crc32c is decoded from base64.
 StatusOr<ObjectInfo> ParseObjectResource(const nlohmann::json& resource, std::string_view prefix);
 
-// Parses "bytes a-b/total" (total may be '*'). False if malformed.
+// Parses "bytes a-b/total" (total may be '*'). False if malformed, or if the
+// range does not lie within the total.
 bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last);
+
+// Every range request must finish within RangeReadTimeout(its size): a fixed
+// allowance (connection, TLS, the server's first byte) plus its bytes at a
+// minimum rate of 32 KiB/s; an 8 MiB chunk gets 30 + 256 s. This is on top of
+// stall_timeout (no byte at all for that long): a server that trickles a byte
+// now and then is stopped too. The rate is per request: 32 fetches in flight
+// need 1 MiB/s in all. A request stopped this way fails with kTimeout, is
+// retried from its first missing byte, and does not count as progress for the
+// retry window (see GcsStore::Read).
+inline constexpr uint64_t kRangeReadMinRate = 32 << 10;  // bytes per second
+inline constexpr std::chrono::seconds kRangeReadAllowance{30};
+std::chrono::milliseconds RangeReadTimeout(uint64_t bytes);
 
 }  // namespace tensorfs
 

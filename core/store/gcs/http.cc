@@ -55,6 +55,8 @@ TransportError ClassifyCurlCode(CURLcode code) {
       return TransportError::kConnectionLost;
     case CURLE_PARTIAL_FILE:
       return TransportError::kTruncated;
+    case CURLE_WEIRD_SERVER_REPLY:
+      return TransportError::kMalformed;
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CACERT_BADFILE:
     case CURLE_SSL_CERTPROBLEM:
@@ -126,6 +128,9 @@ CURLcode RunTransfer(CURL* easy, CURLM* multi, Transfer& transfer) {
   return result;
 }
 
+// libcurl has checked the response's syntax and framing by the time it hands
+// over a line; this only records the status and fields, as HttpResponseParser
+// does (a repeated field's values joined by ", ").
 size_t OnHeader(char* data, size_t size, size_t count, void* userdata) {
   auto* t = static_cast<Transfer*>(userdata);
   const size_t n = size * count;
@@ -134,13 +139,22 @@ size_t OnHeader(char* data, size_t size, size_t count, void* userdata) {
   if (line.starts_with("HTTP/")) {
     // A new status line (after a 100 Continue, say): only the final response's headers count.
     t->response->headers.clear();
-    size_t sp = line.find(' ');
-    t->response->status = sp == std::string_view::npos ? 0 : std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+    const size_t sp = line.find(' ');
+    long status = 0;
+    if (sp != std::string_view::npos && line.size() >= sp + 4) {
+      const std::string_view code = line.substr(sp + 1, 3);
+      if (std::all_of(code.begin(), code.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        status = (code[0] - '0') * 100 + (code[1] - '0') * 10 + (code[2] - '0');
+      }
+    }
+    t->response->status = status;
     return n;
   }
   size_t colon = line.find(':');
   if (colon != std::string_view::npos && colon > 0) {
-    t->response->headers[ToLower(Trim(line.substr(0, colon)))] = std::string(Trim(line.substr(colon + 1)));
+    const std::string value(Trim(line.substr(colon + 1)));
+    auto [it, inserted] = t->response->headers.try_emplace(ToLower(Trim(line.substr(0, colon))), value);
+    if (!inserted) it->second += ", " + value;
   }
   return n;
 }
@@ -225,33 +239,37 @@ void CloseDirect(DirectConnection& c) {
 }
 
 // True if an idle keep-alive connection was closed (or sent something unasked)
-// while it sat in the pool. A readable socket is asked for one byte: TLS
-// records that carry no data (session tickets) leave it CURLE_AGAIN and alive;
-// the end of the stream, an error or stray bytes mean it cannot be used.
+// while it sat in the pool. It is asked for one byte whether or not its socket
+// polls readable: bytes the TLS layer already holds (decrypted, or a record
+// read whole with the end of the last response) are invisible to poll(2).
+// TLS records that carry no data (session tickets) leave it CURLE_AGAIN and
+// alive; the end of the stream, an error or stray bytes mean it cannot be used.
 bool IdleConnectionIsDead(const DirectConnection& c) {
-  pollfd p{c.fd, POLLIN, 0};
-  if (::poll(&p, 1, 0) == 0) return false;
   char byte;
   size_t n = 0;
   return curl_easy_recv(c.easy, &byte, 1, &n) != CURLE_AGAIN;
 }
 
 // One request and its response on a DirectConnection. Keeps the clock for the
-// stall and total timeouts, and where the body goes.
+// stall and total timeouts, and where the body goes; the response's framing is
+// HttpResponseParser's to judge.
 class DirectExchange {
  public:
-  DirectExchange(DirectConnection& conn, const HttpRequest& request, HttpResponse& response,
-                 std::chrono::nanoseconds stall_timeout,
-                 std::optional<std::chrono::steady_clock::time_point> deadline)
-      : conn_(conn), request_(request), response_(response), stall_timeout_(stall_timeout), deadline_(deadline) {}
+  DirectExchange(DirectConnection& conn, const HttpRequest& request, HttpResponse& response, Clock& clock,
+                 std::chrono::nanoseconds stall_timeout, std::optional<Clock::TimePoint> deadline)
+      : conn_(conn),
+        request_(request),
+        response_(response),
+        clock_(clock),
+        stall_timeout_(stall_timeout),
+        deadline_(deadline) {}
 
   // Sends the request and reads the whole response. Returns whether the
   // connection can carry another request; on failure response.error says why.
   bool Run(std::string_view request_text) {
-    last_activity_ = std::chrono::steady_clock::now();
+    last_activity_ = clock_.Now();
     if (!SendAll(request_text)) return false;
-    if (!ReadHead()) return false;
-    return ReadBody();
+    return ReadResponse();
   }
 
   // Whether any byte of a response arrived (a reused connection found dead
@@ -259,8 +277,6 @@ class DirectExchange {
   bool received_any() const { return received_any_; }
 
  private:
-  enum class Framing { kNone, kLength, kChunked, kUntilClose };
-
   void Fail(TransportError error, std::string message, CURLcode code = CURLE_OK) {
     response_.error = error;
     response_.error_message = std::move(message);
@@ -273,18 +289,22 @@ class DirectExchange {
     Fail(ClassifyCurlCode(code), detail, code);
   }
 
+  // False (with the error set) once the request's total timeout has passed.
+  bool WithinDeadline(Clock::TimePoint now) {
+    if (!deadline_ || now < *deadline_) return true;
+    Fail(TransportError::kTimeout, "the request's total timeout passed after " +
+                                       std::to_string(response_.sink_bytes + response_.body.size()) +
+                                       " body bytes");
+    return false;
+  }
+
   // Waits for the socket to be ready for `events`. False (with the error set)
   // when the stall timeout or the deadline passes first.
   bool Wait(short events) {
     for (;;) {
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = clock_.Now();
       const auto silent = now - last_activity_;
-      if (deadline_ && now >= *deadline_) {
-        Fail(TransportError::kTimeout, "the request's total timeout passed after " +
-                                           std::to_string(response_.sink_bytes + response_.body.size()) +
-                                           " body bytes");
-        return false;
-      }
+      if (!WithinDeadline(now)) return false;
       if (silent >= stall_timeout_) {
         Fail(TransportError::kStalled,
              AbortMessage(TransportError::kStalled, request_, response_, silent, stall_timeout_),
@@ -318,7 +338,8 @@ class DirectExchange {
   }
 
   // Receives up to `size` bytes into `dst`; 0 means the peer closed the
-  // connection. nullopt (with the error set) on failure.
+  // connection. nullopt (with the error set) on failure, or once the total
+  // timeout has passed, also while bytes keep coming.
   std::optional<size_t> RecvSome(char* dst, size_t size) {
     for (;;) {
       size_t n = 0;
@@ -326,7 +347,8 @@ class DirectExchange {
       if (rc == CURLE_OK) {
         if (n > 0) {
           received_any_ = true;
-          last_activity_ = std::chrono::steady_clock::now();
+          last_activity_ = clock_.Now();
+          if (!WithinDeadline(last_activity_)) return std::nullopt;
         }
         return n;
       }
@@ -336,146 +358,6 @@ class DirectExchange {
       }
       if (!Wait(POLLIN)) return std::nullopt;
     }
-  }
-
-  // Reads the final response's status line and headers (skipping 1xx ones)
-  // into response_; bytes read past them stay in buffered_.
-  bool ReadHead() {
-    constexpr size_t kMaxHead = 64 << 10;
-    for (;;) {
-      const size_t end = buffered_.find("\r\n\r\n");
-      if (end != std::string::npos) {
-        if (!ParseHead(std::string_view(buffered_).substr(0, end))) return false;
-        buffered_.erase(0, end + 4);
-        if (response_.status >= 100 && response_.status < 200) continue;  // 100 Continue and the like
-        return true;
-      }
-      if (buffered_.size() > kMaxHead) {
-        Fail(TransportError::kOther, "the response headers exceed 64 KiB");
-        return false;
-      }
-      const std::optional<size_t> n = RecvMore();
-      if (!n) return false;
-      if (*n == 0) {
-        Fail(TransportError::kConnectionLost, received_any_ ? "the connection closed inside the response headers"
-                                                           : "the server closed the connection without responding",
-             received_any_ ? CURLE_RECV_ERROR : CURLE_GOT_NOTHING);
-        return false;
-      }
-    }
-  }
-
-  bool ParseHead(std::string_view head) {
-    response_.headers.clear();
-    size_t eol = head.find("\r\n");
-    std::string_view status_line = head.substr(0, eol);
-    if (!status_line.starts_with("HTTP/1.") || status_line.size() < 12) {
-      Fail(TransportError::kOther, "not an HTTP/1.x response: " + std::string(status_line.substr(0, 80)));
-      return false;
-    }
-    http10_ = status_line[7] == '0';
-    response_.status = std::atol(std::string(status_line.substr(9, 3)).c_str());
-    while (eol != std::string_view::npos) {
-      head.remove_prefix(eol + 2);
-      eol = head.find("\r\n");
-      std::string_view line = head.substr(0, eol);
-      const size_t colon = line.find(':');
-      if (colon != std::string_view::npos && colon > 0) {
-        response_.headers[ToLower(Trim(line.substr(0, colon)))] = std::string(Trim(line.substr(colon + 1)));
-      }
-    }
-    return true;
-  }
-
-  // Hands `n` body bytes to the sink or the in-memory body.
-  bool Deliver(const char* data, size_t n) {
-    return Check(AppendBody(request_, response_, to_sink_, data, n));
-  }
-
-  // False, with the error set, unless `error` is kNone.
-  bool Check(TransportError error) {
-    if (error == TransportError::kNone) return true;
-    Fail(error, AbortMessage(error, request_, response_, {}, stall_timeout_));
-    return false;
-  }
-
-  bool ReadBody() {
-    to_sink_ = BodyGoesToSink(request_, response_);
-    const std::string connection = ToLower(response_.Header("connection"));
-    const bool keep = http10_ ? connection == "keep-alive" : connection != "close";
-    const std::string coding = ToLower(response_.Header("transfer-encoding"));
-    Framing framing = Framing::kUntilClose;
-    uint64_t length = 0;
-    if (response_.status == 204 || response_.status == 304) {
-      framing = Framing::kNone;
-    } else if (!coding.empty() && coding != "identity") {
-      if (!coding.ends_with("chunked")) {
-        Fail(TransportError::kOther, "unsupported transfer-encoding: " + coding);
-        return false;
-      }
-      framing = Framing::kChunked;
-    } else if (!response_.Header("content-length").empty()) {
-      const std::string text(response_.Header("content-length"));
-      char* end = nullptr;
-      length = std::strtoull(text.c_str(), &end, 10);
-      if (end == text.c_str() || *end != '\0') {
-        Fail(TransportError::kOther, "bad content-length: " + text);
-        return false;
-      }
-      framing = Framing::kLength;
-    }
-    switch (framing) {
-      case Framing::kNone:
-        return keep;
-      case Framing::kLength:
-        return ReadLength(length) && keep;
-      case Framing::kChunked:
-        return ReadChunked() && keep;
-      case Framing::kUntilClose:
-        ReadUntilClose();
-        return false;
-    }
-    return false;
-  }
-
-  // A body of `length` bytes: what came with the headers, then the rest straight
-  // into the sink when it goes there.
-  bool ReadLength(uint64_t length) {
-    const size_t early = static_cast<size_t>(std::min<uint64_t>(buffered_.size(), length));
-    if (!Deliver(buffered_.data(), early)) return false;
-    buffered_.erase(0, early);
-    uint64_t left = length - early;
-    if (to_sink_) {
-      const uint64_t room = request_.sink.size() - response_.sink_bytes;
-      uint64_t direct = std::min(left, room);
-      while (direct > 0) {
-        char* dst = reinterpret_cast<char*>(request_.sink.data()) + response_.sink_bytes;
-        const std::optional<size_t> n = RecvSome(dst, static_cast<size_t>(direct));
-        if (!n) return false;
-        if (*n == 0) return Truncated(length, left);
-        response_.sink_bytes += *n;
-        direct -= *n;
-        left -= *n;
-      }
-      return Check(left > 0 ? TransportError::kSinkOverflow : TransportError::kNone);
-    }
-    char buf[64 << 10];
-    while (left > 0) {
-      const std::optional<size_t> n = RecvSome(buf, static_cast<size_t>(std::min<uint64_t>(left, sizeof buf)));
-      if (!n) return false;
-      if (*n == 0) return Truncated(length, left);
-      if (!Deliver(buf, *n)) return false;
-      left -= *n;
-    }
-    return true;
-  }
-
-  bool Truncated(uint64_t length, uint64_t left) {
-    Fail(TransportError::kTruncated,
-         "the connection closed with " + std::to_string(left) + " of " + std::to_string(length) +
-             " body bytes outstanding",
-         CURLE_PARTIAL_FILE);
-    return false;
   }
 
   // Receives up to 64 KiB onto the end of buffered_: how many bytes, 0 when the
@@ -489,86 +371,89 @@ class DirectExchange {
     return n;
   }
 
-  // More bytes of a chunked body into buffered_; false (error set) on failure
-  // or end of stream.
-  bool Fill() {
-    const std::optional<size_t> n = RecvMore();
-    if (!n) return false;
-    if (*n == 0) {
-      Fail(TransportError::kTruncated, "the connection closed inside a chunked body", CURLE_PARTIAL_FILE);
-      return false;
-    }
-    return true;
+  // Hands `n` body bytes to the sink or the in-memory body.
+  bool Deliver(const char* data, size_t n) { return Check(AppendBody(request_, response_, to_sink_, data, n)); }
+
+  // False, with the error set, unless `error` is kNone.
+  bool Check(TransportError error) {
+    if (error == TransportError::kNone) return true;
+    Fail(error, AbortMessage(error, request_, response_, {}, stall_timeout_));
+    return false;
   }
 
-  // Transfer-Encoding: chunked (RFC 9112 7.1): size lines in hex, chunk
-  // extensions ignored, trailers read and dropped.
-  bool ReadChunked() {
+  // Feeds the parser from buffered_ and the connection until the response
+  // ends. Body bytes that are not in buffered_ yet go straight into the sink
+  // when the body goes there; interim responses, chunk framing and trailers
+  // pass through buffered_. True if the connection can be reused: the
+  // response allows it and nothing came after it.
+  bool ReadResponse() {
+    HttpResponseParser parser;
+    bool body_placed = false;
     for (;;) {
-      size_t eol;
-      while ((eol = buffered_.find("\r\n")) == std::string::npos) {
-        if (buffered_.size() > 4096) {
-          Fail(TransportError::kOther, "a chunk size line over 4 KiB");
-          return false;
-        }
-        if (!Fill()) return false;
-      }
-      const std::string line = buffered_.substr(0, eol);
-      char* end = nullptr;
-      const uint64_t size = std::strtoull(line.c_str(), &end, 16);
-      if (end == line.c_str() || (*end != '\0' && *end != ';' && *end != ' ' && *end != '\t')) {
-        Fail(TransportError::kOther, "bad chunk size line: " + line.substr(0, 40));
+      buffered_.erase(0, parser.Consume(buffered_));
+      if (parser.failed()) {
+        Fail(TransportError::kMalformed, parser.error());
         return false;
       }
-      buffered_.erase(0, eol + 2);
-      if (size == 0) {
-        // Trailer fields, if any, end with an empty line.
-        for (;;) {
-          while ((eol = buffered_.find("\r\n")) == std::string::npos) {
-            if (!Fill()) return false;
+      if (parser.head_done() && !body_placed) {
+        response_.status = parser.status();
+        response_.headers = parser.headers();
+        to_sink_ = BodyGoesToSink(request_, response_);
+        body_placed = true;
+      }
+      if (parser.done()) return parser.keep_alive() && buffered_.empty();
+      std::optional<size_t> n;
+      if (const uint64_t wanted = parser.body_wanted(); wanted > 0) {
+        if (!buffered_.empty()) {
+          const size_t take = static_cast<size_t>(std::min<uint64_t>(wanted, buffered_.size()));
+          if (!Deliver(buffered_.data(), take)) return false;
+          buffered_.erase(0, take);
+          parser.BodyTaken(take);
+          continue;
+        }
+        const uint64_t room = to_sink_ ? request_.sink.size() - response_.sink_bytes : 0;
+        if (to_sink_ && room == 0 && parser.framing() != HttpResponseParser::Framing::kUntilClose) {
+          return Check(TransportError::kSinkOverflow);  // the framing says more body comes
+        }
+        if (room > 0) {
+          char* dst = reinterpret_cast<char*>(request_.sink.data()) + response_.sink_bytes;
+          n = RecvSome(dst, static_cast<size_t>(std::min(wanted, room)));
+          if (n && *n > 0) {
+            response_.sink_bytes += *n;
+            parser.BodyTaken(*n);
+            continue;
           }
-          buffered_.erase(0, eol + 2);
-          if (eol == 0) return true;
+        } else {
+          n = RecvMore();  // a body for memory, or whether one that runs to the close has more
         }
+      } else {
+        n = RecvMore();  // more of a head, of chunk framing or trailers
       }
-      uint64_t left = size;
-      while (left > 0) {
-        if (buffered_.empty() && !Fill()) return false;
-        const size_t take = static_cast<size_t>(std::min<uint64_t>(left, buffered_.size()));
-        if (!Deliver(buffered_.data(), take)) return false;
-        buffered_.erase(0, take);
-        left -= take;
+      if (!n) return false;
+      if (*n > 0) continue;
+      // The peer closed the connection.
+      if (parser.EndOfStream()) return false;  // a body that ends at the close
+      if (!parser.head_done()) {
+        Fail(TransportError::kConnectionLost,
+             received_any_ ? "the connection closed inside the response headers"
+                           : "the server closed the connection without responding",
+             received_any_ ? CURLE_RECV_ERROR : CURLE_GOT_NOTHING);
+      } else {
+        Fail(TransportError::kTruncated, parser.error(), CURLE_PARTIAL_FILE);
       }
-      while (buffered_.size() < 2) {
-        if (!Fill()) return false;
-      }
-      if (buffered_.compare(0, 2, "\r\n") != 0) {
-        Fail(TransportError::kOther, "a chunk not followed by CRLF");
-        return false;
-      }
-      buffered_.erase(0, 2);
-    }
-  }
-
-  // No length and no chunking: the body ends when the server closes.
-  void ReadUntilClose() {
-    for (;;) {
-      if (!Deliver(buffered_.data(), buffered_.size())) return;
-      buffered_.clear();
-      const std::optional<size_t> n = RecvMore();
-      if (!n || *n == 0) return;
+      return false;
     }
   }
 
   DirectConnection& conn_;
   const HttpRequest& request_;
   HttpResponse& response_;
+  Clock& clock_;
   const std::chrono::nanoseconds stall_timeout_;
-  const std::optional<std::chrono::steady_clock::time_point> deadline_;
-  std::chrono::steady_clock::time_point last_activity_;
+  const std::optional<Clock::TimePoint> deadline_;
+  Clock::TimePoint last_activity_;
   std::string buffered_;  // received, not yet parsed or delivered
   bool received_any_ = false;
-  bool http10_ = false;
   bool to_sink_ = false;
 };
 
@@ -594,7 +479,8 @@ void GlobalInitOnce() {
 // released by libcurl's callbacks, so they are plain std::mutex).
 class CurlHttpClient : public HttpClient {
  public:
-  explicit CurlHttpClient(const CurlHttpOptions& options) : options_(options) {}
+  explicit CurlHttpClient(const CurlHttpOptions& options)
+      : options_(options), clock_(options.clock != nullptr ? *options.clock : SystemClock()) {}
 
   ~CurlHttpClient() override {
     MutexLock lock(mu_);
@@ -720,8 +606,8 @@ class CurlHttpClient : public HttpClient {
   // connection that the server closed while it sat idle is replaced and the
   // request sent again, as libcurl does with its own connections.
   HttpResponse PerformDirect(const HttpRequest& request) {
-    std::optional<std::chrono::steady_clock::time_point> deadline;
-    if (request.total_timeout.count() > 0) deadline = std::chrono::steady_clock::now() + request.total_timeout;
+    std::optional<Clock::TimePoint> deadline;
+    if (request.total_timeout.count() > 0) deadline = clock_.Now() + request.total_timeout;
     const std::string origin = Origin(request.url);
     std::string_view target = std::string_view(request.url).substr(origin.size());
     std::string text = "GET " + std::string(target.empty() ? "/" : target) + " HTTP/1.1\r\nHost: " +
@@ -735,7 +621,7 @@ class CurlHttpClient : public HttpClient {
       response = HttpResponse{};
       if (conn.easy == nullptr && !ConnectDirect(conn, origin, request, deadline, response)) break;
       const bool reused = conn.reused;
-      DirectExchange exchange(conn, request, response, options_.stall_timeout, deadline);
+      DirectExchange exchange(conn, request, response, clock_, options_.stall_timeout, deadline);
       const bool keep = exchange.Run(text);
       conn.reused = true;
       if (response.transport_ok()) {
@@ -755,7 +641,7 @@ class CurlHttpClient : public HttpClient {
 
   // Opens conn to origin (CURLOPT_CONNECT_ONLY). False with response.error set on failure.
   bool ConnectDirect(DirectConnection& conn, const std::string& origin, const HttpRequest& request,
-                     std::optional<std::chrono::steady_clock::time_point> deadline, HttpResponse& response) {
+                     std::optional<Clock::TimePoint> deadline, HttpResponse& response) {
     conn.easy = curl_easy_init();
     if (conn.easy == nullptr) {
       response.error = TransportError::kOther;
@@ -772,7 +658,7 @@ class CurlHttpClient : public HttpClient {
     curl_easy_setopt(h, CURLOPT_HTTPPROXYTUNNEL, 1L);  // through a proxy, a tunnel: requests go as to the origin
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, conn.error_buffer.get());
     if (deadline) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - clock_.Now());
       curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(std::max<int64_t>(left.count(), 1)));
     }
     const CURLcode rc = curl_easy_perform(h);
@@ -877,6 +763,7 @@ class CurlHttpClient : public HttpClient {
   }
 
   const CurlHttpOptions options_;
+  Clock& clock_;
   CURLSH* share_ = nullptr;
   std::array<std::mutex, CURL_LOCK_DATA_LAST> share_locks_;
   Mutex mu_;
@@ -903,6 +790,7 @@ std::string_view TransportErrorName(TransportError e) {
     case TransportError::kTls: return "TLS error";
     case TransportError::kSinkOverflow: return "response longer than requested";
     case TransportError::kBodyTooLarge: return "response body too large";
+    case TransportError::kMalformed: return "malformed response";
     case TransportError::kOther: return "transport error";
   }
   return "transport error";

@@ -8,9 +8,11 @@
 // cache, DNS cache, TLS sessions), so connections are reused across threads and
 // up to max_connections transfers run at once. A GET with a sink (a range read)
 // instead goes on a connection libcurl opens with CURLOPT_CONNECT_ONLY, on which
-// the request is written and the response parsed here, so that the body is
-// received straight into the sink, not copied out of libcurl's buffer; up to
-// max_connections such connections are kept as well. It speaks HTTP/1.1, one transfer
+// the request is written and the response parsed by HttpResponseParser
+// (http_parser.h), so that the body is received straight into the sink, not
+// copied out of libcurl's buffer; up to max_connections such connections are
+// kept as well. A response the parser refuses fails with kMalformed, and its
+// connection is closed, as is one with bytes left over after the response. It speaks HTTP/1.1, one transfer
 // per connection, as gcsfuse does by default: parallel range reads on separate
 // handles gain nothing from HTTP/2's multiplexing and pay for its framing and
 // flow control on every byte (and the test server speaks HTTP/1.1, so what
@@ -34,12 +36,11 @@
 #include <string_view>
 #include <vector>
 
+#include "core/store/gcs/http_parser.h"
+#include "core/util/clock.h"
 #include "core/util/status.h"
 
 namespace tensorfs {
-
-// Response headers keyed by lower-case name. A repeated header keeps its last value.
-using HttpHeaders = std::map<std::string, std::string, std::less<>>;
 
 // What went wrong below HTTP, if anything. Descriptive only; retry.h decides
 // which kinds are worth retrying.
@@ -53,6 +54,7 @@ enum class TransportError {
   kTls,             // certificate verification or other TLS failure
   kSinkOverflow,    // the server sent more body bytes than the sink can hold
   kBodyTooLarge,    // an in-memory body exceeded HttpRequest::max_body_bytes
+  kMalformed,       // the response broke HTTP/1.1 (http_parser.h); its connection was closed
   kOther,           // anything else libcurl reports (a malformed URL, out of memory)
 };
 
@@ -73,7 +75,9 @@ struct HttpRequest {
   // to `sink`. Unset: any 2xx body does.
   std::function<bool(long status, const HttpHeaders& headers)> use_sink;
 
-  // Zero means the client's default (connect) or none (total).
+  // Zero means the client's default (connect) or none (total). The total
+  // timeout bounds the whole request, however steadily bytes arrive; a request
+  // past it fails with kTimeout.
   std::chrono::milliseconds connect_timeout{0};
   std::chrono::milliseconds total_timeout{0};
   // Bodies kept in memory larger than this stop the transfer with kBodyTooLarge.
@@ -113,6 +117,9 @@ struct CurlHttpOptions {
   // default (the system's CA certificates). A peer it does not vouch for fails
   // with kTls and a message naming the endpoint and this file.
   std::string ca_file;
+  // What the stall and total timeouts of direct body reads are measured on;
+  // null: SystemClock(). Must outlive the client.
+  Clock* clock = nullptr;
 };
 
 // The libcurl client. Fails only if libcurl cannot be initialised.

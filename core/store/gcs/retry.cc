@@ -208,6 +208,10 @@ AttemptResult ClassifyHttpResponse(const HttpResponse& r, const RequestContext& 
       return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kReset);
     case TransportError::kTruncated:
       return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kTruncated);
+    case TransportError::kMalformed:
+      // A proxy or a server in trouble; the connection was closed, and a new
+      // one may get a well-formed answer.
+      return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kOther);
     case TransportError::kStalled:
       return AttemptResult::Transient(DeadlineExceededError(r.Summary()), false, RetryCause::kStall);
     case TransportError::kTimeout:

@@ -19,7 +19,7 @@
 //    the one place HTTP statuses and transport failures become ErrorCodes.
 //
 // Retried: HTTP 408, 429, 5xx; connection refused/reset/lost, timeouts and
-// stalls; a body cut short. Not retried: 400, 401 (the store refreshes the token
+// stalls; a body cut short; a malformed response. Not retried: 400, 401 (the store refreshes the token
 // once itself), 403, 404, 412, 416 and any other 4xx; TLS failures.
 //
 // Thread-safety: Backoff and RetryLoop are per-operation objects used by one
