@@ -9,6 +9,7 @@
 #ifndef TENSORFS_FS_FUSE_SERVER_H_
 #define TENSORFS_FS_FUSE_SERVER_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -56,6 +57,7 @@ class FuseServer {
   std::function<void()> on_stopping_;
   // failed requests: one warning a second
   LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
+  std::atomic<uint64_t> next_reader_{1};  // the handle of the next file opened (0: no reader)
 
   friend struct FuseHandlers;
 };

@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -68,7 +69,9 @@ int RunMount(const MountOptions& options) {
   Metrics metrics;  // outlives the store and the engine, which count into it
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
   if (!store.ok()) return fail(store.status());
-  ReadEngine engine(**store, options.engine, metrics);
+  EngineOptions engine_options = options.engine;
+  if (const char* trace = std::getenv("TENSORFS_TRACE_READS")) engine_options.trace_reads = trace;  // see read_trace.h
+  ReadEngine engine(**store, engine_options, metrics);
   StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
   if (!grouper.ok()) return fail(grouper.status());
   Namespace ns(**store, engine,
