@@ -159,10 +159,11 @@ struct FuseHandlers {
     if (!status.ok()) return ReplyError(req, status);
     fi->keep_cache = 1;  // objects are immutable for the mount's life
     fi->noflush = 1;
+    fi->fh = Server(req).next_reader_.fetch_add(1, std::memory_order_relaxed);  // the engine tells readers apart by it
     fuse_reply_open(req, fi);
   }
 
-  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info*) {
+  static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
     Ns(req).Read(NodeId{ino}, static_cast<uint64_t>(offset), size, [req](StatusOr<ReadResult> result) {
       if (!result.ok()) {
         if (ToErrno(result.status()) == EIO) Server(req).metrics_.reads_failed_eio.fetch_add(1, std::memory_order_relaxed);
@@ -174,10 +175,13 @@ struct FuseHandlers {
         iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
       }
       fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    });
+    }, ReaderId{fi->fh});
   }
 
-  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
+  static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
+    Ns(req).Release(ReaderId{fi->fh});
+    fuse_reply_err(req, 0);
+  }
 
   static void StatFs(fuse_req_t req, fuse_ino_t) {
     Namespace::FsStats stats = Ns(req).Stats();

@@ -23,6 +23,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 
@@ -85,6 +86,7 @@ class FuseServer {
   std::function<void()> on_stopping_;
   // failed requests: one warning a second
   LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
+  std::atomic<uint64_t> next_reader_{1};  // the handle of the next file opened (0: no reader)
 
   friend struct FuseHandlers;
 };

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -141,7 +142,12 @@ int MountAndServe(const MountOptions& options) {
   Metrics metrics;  // outlives the store and the engine, which count into it
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
   if (!store.ok()) return fail(SourceExitStatus(store.status()), store.status());
-  ReadEngine engine(**store, options.engine, metrics);
+  EngineOptions engine_options = options.engine;
+  // Read-around margins follow the readahead this mount asks for; in descriptor
+  // mode the parent sets it and the engine takes the kernel's default.
+  if (!FuseFdOfMountPoint(options.mountpoint)) engine_options.readahead = options.read_ahead;
+  if (const char* trace = std::getenv("TENSORFS_TRACE_READS")) engine_options.trace_reads = trace;  // see read_trace.h
+  ReadEngine engine(**store, engine_options, metrics);
   StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
   if (!grouper.ok()) return fail(ExitStatus::kUsage, grouper.status());
   Namespace ns(**store, engine,

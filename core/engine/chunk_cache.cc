@@ -58,9 +58,10 @@ void ChunkCache::Touch(const ChunkKey& key) {
   list.splice(list.end(), list, e->position);
 }
 
-std::optional<ByteRange> ChunkCache::MarkDelivered(const ChunkKey& key, ByteRange part) {
+std::optional<ByteRange> ChunkCache::MarkDelivered(const ChunkKey& key, const Chunk* chunk, ByteRange part) {
   Entry* e = Find(key);
-  if (e == nullptr || e->list != Entry::List::kReady || part.empty()) return std::nullopt;
+  if (e == nullptr || e->list != Entry::List::kReady || part.empty() || e->chunk.get() != chunk) return std::nullopt;
+  if (part.offset < e->range.offset || part.end() > e->range.end()) return std::nullopt;
   uint64_t first = (part.offset - e->range.offset) / kPage;
   uint64_t last = (part.end() - 1 - e->range.offset) / kPage;
   for (uint64_t p = first; p <= last; ++p) {
@@ -90,6 +91,7 @@ void ChunkCache::Evict(const ChunkKey& key) {
     ready_.erase(it->second.position);
   }
   Charge(-static_cast<int64_t>(it->second.range.length));
+  evicted_.push_back(std::move(it->second.chunk));
   entries_.erase(it);
   metrics_.cache_evictions.fetch_add(1, std::memory_order_relaxed);
 }

@@ -73,10 +73,17 @@ class ChunkCache {
   std::vector<ChunkWaiter> Fail(const ChunkKey& key);
   // A read used the chunk: most recently used.
   void Touch(const ChunkKey& key);
-  // Bytes `part` (file offsets, within the chunk) went to the kernel. When that
-  // made the entry consumed, returns its range (the entry, or older consumed
-  // ones, may have been evicted to stay within consumed_limit).
-  std::optional<ByteRange> MarkDelivered(const ChunkKey& key, ByteRange part);
+  // Bytes `part` (file offsets, within the chunk) of `chunk`, the entry's
+  // bytes when the read took them, went to the kernel. When that made the
+  // entry consumed, returns its range (the entry, or older consumed ones, may
+  // have been evicted to stay within consumed_limit). An entry now holding
+  // other bytes under the key (the read's chunk was evicted and the key
+  // reused for another range) is left alone.
+  std::optional<ByteRange> MarkDelivered(const ChunkKey& key, const Chunk* chunk, ByteRange part);
+  // The chunks evicted since the last call: the caller drops them once it has
+  // released its lock, so that unmapping their buffers (when no reply holds
+  // them) happens outside it.
+  std::vector<std::shared_ptr<const Chunk>> TakeEvicted() { return std::move(evicted_); }
 
  private:
   void Evict(const ChunkKey& key);
@@ -90,6 +97,24 @@ class ChunkCache {
   std::map<ChunkKey, Entry> entries_;
   std::list<ChunkKey> ready_;     // LRU order: front is least recent
   std::list<ChunkKey> consumed_;  // LRU order: front is least recent
+  std::vector<std::shared_ptr<const Chunk>> evicted_;  // see TakeEvicted
+};
+
+// Moves the chunks `cache` evicted into `out` when it goes out of scope.
+// Declare `out` before the lock and this after it: the chunks are then
+// released after the lock is.
+class EvictedChunks {
+ public:
+  EvictedChunks(ChunkCache& cache, std::vector<std::shared_ptr<const Chunk>>& out) : cache_(cache), out_(out) {}
+  ~EvictedChunks() {
+    for (auto& chunk : cache_.TakeEvicted()) out_.push_back(std::move(chunk));
+  }
+  EvictedChunks(const EvictedChunks&) = delete;
+  EvictedChunks& operator=(const EvictedChunks&) = delete;
+
+ private:
+  ChunkCache& cache_;
+  std::vector<std::shared_ptr<const Chunk>>& out_;
 };
 
 }  // namespace tensorfs

@@ -8,55 +8,13 @@
 #include <cstring>
 
 #include "core/safetensors/header.h"
+#include "core/util/log_limiter.h"
 
 namespace tensorfs {
 namespace {
 
-constexpr size_t kMaxStreams = 8;
-// Readers that jump to this many new places in one object are reading all of
-// it in their own order (a loader going tensor by tensor in any order): from
-// then on the object is prefetched whole, in storage order.
-constexpr int kSweepAfterJumps = 3;
-// Kernel readahead requests arrive slightly out of order; a read this many
-// chunks behind a stream's start still belongs to it.
-constexpr size_t kBackTolerance = 2;
-// A touched range of a tensor not grown for this many reads (of its object) is
-// one the reader has left: it is taught to the slice learner.
-constexpr uint64_t kSettleReads = 8;
-// Touches kept per object, beyond which the oldest is settled early.
-constexpr size_t kMaxTouches = 64;
-// Reads closer than this to a touched range extend it (kernel readahead
-// requests arrive out of order and with holes).
-constexpr uint64_t kTouchGap = 64 << 10;
-// After a tensor is seen read whole, reads of unknown kind are taken as whole
-// readers' for this many reads.
-constexpr uint64_t kWholeMemory = 4096;
-// Tensors at least this large are judged by how a reader copies them.
-constexpr uint64_t kCopyMin = 1 << 20;
-// The most the kernel reads around the first or last page of a copy (for the
-// default 128 KiB read-around, and a larger read_ahead's first reads).
-constexpr uint64_t kCopyTailMax = 512 << 10;
-// A sequential stream counts as being read while it had one of the last this
-// many stream reads, engine-wide. Several readers at once share prefetch_window
-// (fetches in flight are capped by max_fetches anyway): eight streams with a
-// window each would fill the cache with chunks not read yet.
-constexpr size_t kActiveReads = 64;
-// The least a stream's share of the window is, in chunks.
-constexpr uint64_t kMinStreamWindowChunks = 4;
-// Windows of a slice pattern closer than this are fetched as one request.
-constexpr uint64_t kCoalesceGap = 64 << 10;
-// An unknown reader's first request, and the least it is read ahead.
-constexpr uint64_t kFirstPiece = 256 << 10;
-// A touch this small made by a read across a tensor boundary, at the
-// boundary, is taken for the kernel's readahead spilling over.
-constexpr uint64_t kSpillMax = 512 << 10;
-// Reads this close to a slice reader's window (the kernel reading ahead past
-// its slice into the next tensor) are that reader's: fetched as they come.
-constexpr uint64_t kNearWindow = 512 << 10;
-constexpr uint64_t kPage = 4096;
-// Pieces holding less than 1/kSmallPieces of a chunk are fetched again with
-// it when the whole chunk is wanted (see Request).
-constexpr uint64_t kSmallPieces = 16;
+// The engine's tuning constants are in Tuning (tuning.h); what is left here
+// are facts of the file format.
 
 std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -69,6 +27,9 @@ Status EngineOptions::Validate() const {
   }
   if (chunk_size < (64u << 10) || chunk_size > (1u << 30)) {
     return InvalidArgumentError("chunk_size must lie between 64 KiB and 1 GiB");
+  }
+  if (readahead > (1ull << 30)) {
+    return InvalidArgumentError("readahead " + Mib(readahead) + " is over 1 GiB: the kernel's readahead is at most that");
   }
   if (max_fetches < 1 || max_fetches > 1024) {
     return InvalidArgumentError("max_fetches must lie between 1 and 1024");
@@ -103,12 +64,22 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
                        std::shared_ptr<BufferPool> pool)
     : store_(store),
       options_(options),
+      tuning_(Tuning::For(options.chunk_size, options.readahead)),
       metrics_(metrics),
       pool_(pool != nullptr ? std::move(pool)
                             : std::make_shared<BufferPool>(BufferPool::Options::ForCache(options.cache_size))),
-      cache_(options.cache_size, options.consumed_keep, metrics) {
+      cache_(options.cache_size, options.consumed_keep, metrics),
+      learner_(tuning_) {
   if (options_.shard_world > 0) {
-    patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world)});
+    patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world, tuning_)});
+  }
+  if (!options_.trace_reads.empty()) {
+    StatusOr<std::unique_ptr<ReadTrace>> trace = ReadTrace::Open(options_.trace_reads);
+    if (trace.ok()) {
+      trace_ = std::move(*trace);
+    } else {
+      spdlog::warn("{}; reads are not traced", trace.status().message());
+    }
   }
   for (int i = 0; i < options_.max_fetches; ++i) workers_.emplace_back([this] { WorkerLoop(); });
 }
@@ -142,8 +113,80 @@ ReadEngine::~ReadEngine() {
 
 ReadEngine::ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
   auto [it, inserted] = objects_.try_emplace(object.id());
-  if (inserted) it->second.info = object;
+  if (inserted) {
+    it->second.info = object;
+    auto next = read_order_.find(it->first);
+    if (next != read_order_.end()) it->second.successor = next->second;
+  }
+  it->second.last_used = ++engine_clock_;
   return it->second;
+}
+
+ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& state) {
+  auto [it, inserted] = readers_.try_emplace(reader);
+  ReaderState& r = it->second;
+  if (inserted) r.learner = SliceLearner(tuning_);
+  if (inserted || r.object != state.info.id()) {
+    r.object = state.info.id();
+    r.access = AccessState{};
+    for (const Stream& st : state.access.streams) {
+      if (st.continuation) r.access.streams.push_back(st);
+    }
+  }
+  r.last_used = ++engine_clock_;
+  if (inserted && readers_.size() > tuning_.max_readers) {
+    auto oldest = readers_.end();
+    for (auto i = readers_.begin(); i != readers_.end(); ++i) {
+      if (i != it && (oldest == readers_.end() || i->second.last_used < oldest->second.last_used)) oldest = i;
+    }
+    readers_.erase(oldest);
+  }
+  return r;
+}
+
+void ReadEngine::ReleaseReader(ReaderId reader) {
+  MutexLock lock(mu_);
+  readers_.erase(reader);
+}
+
+void ReadEngine::PruneObjects() {
+  if (objects_.size() <= tuning_.max_objects) return;
+  std::vector<std::pair<uint64_t, std::map<ObjectId, ObjectState>::iterator>> idle;
+  for (auto it = objects_.begin(); it != objects_.end(); ++it) {
+    const ObjectState& st = it->second;
+    if (st.jobs == 0 && st.plan_waiters.empty() && st.pending_prefetch.empty() && st.pending_sweeps.empty() &&
+        st.continue_bytes == 0) {
+      idle.emplace_back(st.last_used, it);
+    }
+  }
+  std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < idle.size() && objects_.size() > tuning_.max_objects * 3 / 4; ++i) objects_.erase(idle[i].second);
+}
+
+void ReadEngine::DropPattern(size_t index) {
+  const int id = patterns_[index].id;
+  patterns_.erase(patterns_.begin() + static_cast<std::ptrdiff_t>(index));
+  for (auto& [object, st] : objects_) {
+    st.slice_sweeps.erase(id);
+    std::erase(st.pending_sweeps, id);
+  }
+}
+
+ReadEngine::StateSizes ReadEngine::Sizes() {
+  MutexLock lock(mu_);
+  StateSizes sizes{.objects = objects_.size(), .readers = readers_.size()};
+  for (const auto& [object, st] : objects_) {
+    sizes.pieces += st.pieces.size();
+    sizes.slice_sweeps += st.slice_sweeps.size();
+    sizes.touches += st.access.touches.size();
+  }
+  for (const auto& [reader, r] : readers_) sizes.touches += r.access.touches.size();
+  return sizes;
+}
+
+bool ReadEngine::Idle() {
+  MutexLock lock(mu_);
+  return demand_queue_.empty() && prefetch_queue_.empty() && running_jobs_ == 0;
 }
 
 std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
@@ -152,7 +195,8 @@ std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
   return it == objects_.end() ? nullptr : it->second.plan;
 }
 
-void ReadEngine::Enqueue(Job job, bool prefetch) {
+void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
+  ++state.jobs;
   (prefetch ? prefetch_queue_ : demand_queue_).push_back(std::move(job));
   work_cv_.NotifyOne();
 }
@@ -170,13 +214,14 @@ void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
     return;
   }
   state.head_requested = true;
-  Enqueue(Job{.object = state.info.id(), .key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true},
+  Enqueue(state, Job{.object = state.info.id(), .key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true},
           prefetch);
 }
 
 void ReadEngine::PrefetchHead(const ObjectInfo& object) {
   if (object.size == 0) return;
   MutexLock lock(mu_);
+  PruneObjects();
   ObjectState& state = StateOf(object);
   if (state.plan == nullptr) StartHead(state, /*prefetch=*/true);
 }
@@ -193,7 +238,7 @@ bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool s
     // was known to read whole tensors): the whole chunk then comes in one
     // request rather than in two or three around the pieces, a few of its
     // bytes twice.
-    if (in_pieces > 0 && in_pieces * kSmallPieces > range.length) {
+    if (in_pieces > 0 && in_pieces * tuning_.small_pieces > range.length) {
       return RequestGaps(state, range, prefetch, range.length) >= 0;
     }
   }
@@ -206,7 +251,7 @@ bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange
   cache_.InsertLoading(key, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
   if (sweep) ++state.sweep_in_flight;
-  Enqueue(Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
+  Enqueue(state, Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
   return true;
 }
 
@@ -238,7 +283,7 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
   uint64_t cursor = range.offset;
   auto request = [&](uint64_t begin, uint64_t end) REQUIRES(mu_) {
     for (uint64_t at = begin; at < end;) {
-      const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, kPage));
+      const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page));
       if (!cache_.Reserve(length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
       const ChunkKey key = PieceKey(state, at);
       cache_.InsertLoading(key, ByteRange{at, length}, prefetch);
@@ -246,7 +291,7 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
       if (created != nullptr) created->emplace_back(ByteRange{at, length}, key);
       if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
       if (slice >= 0) state.slice_sweeps[slice].in_flight += length;
-      Enqueue(Job{.object = state.info.id(), .key = key, .range = {at, length}, .slice = slice}, prefetch);
+      Enqueue(state, Job{.object = state.info.id(), .key = key, .range = {at, length}, .slice = slice}, prefetch);
       requested += static_cast<int64_t>(length);
       at += length;
     }
@@ -257,10 +302,15 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
     cursor = std::max(cursor, piece.end());
   }
   if (cursor < range.end() && !request(cursor, range.end())) return -1;
+  if (state.pieces.size() >= state.pieces_check_at) {  // forget evicted pieces nobody looked up since
+    std::erase_if(state.pieces, [&](const auto& p) REQUIRES(mu_) { return cache_.Find(p.second.key) == nullptr; });
+    state.pieces_check_at = std::max<size_t>(64, 2 * state.pieces.size());
+  }
   return requested;
 }
 
-ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern,
+ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, ReaderClock& reader,
+                                      SliceLearner& learner, ByteRange range, const ActivePattern** pattern,
                                       uint64_t* copy_end) {
   const ChunkPlan& plan = *state.plan;
   const std::vector<TensorSpan>& tensors = plan.tensors();
@@ -271,39 +321,46 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     if (it == tensors.end() || it->begin >= range.end()) return Mode::kWhole;
     first = static_cast<int>(it - tensors.begin());
   }
-  const uint64_t now = ++read_clock_;
-  ++state.clock;
+  const uint64_t now = ++reader.reads;
+  ++access.clock;
 
   // Record the touch of every tensor the read overlaps.
   bool last_page = false;
   bool whole_end = false;
   const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
-  for (size_t k = static_cast<size_t>(first); k < tensors.size() && tensors[k].begin < range.end(); ++k) {
+  // The tensors a read covers between its first and last tell nothing of the
+  // reader's slice or copies (they are read whole, by one read): only the
+  // first and the last are recorded, so a read across many small tensors
+  // records two touches, not one per tensor.
+  size_t last_tensor = static_cast<size_t>(first);
+  while (last_tensor + 1 < tensors.size() && tensors[last_tensor + 1].begin < range.end()) ++last_tensor;
+  for (size_t k = static_cast<size_t>(first); k <= last_tensor;
+       k = k == last_tensor ? k + 1 : std::max(k + 1, last_tensor)) {
     const TensorSpan& t = tensors[k];
     const uint64_t begin = std::max(range.offset, t.begin);
     const uint64_t end = std::min(range.end(), t.end);
-    auto it = std::find_if(state.touches.begin(), state.touches.end(), [&](const Touch& touch) {
-      return touch.tensor == static_cast<int>(k) && begin <= touch.range.end() + kTouchGap &&
-             end + kTouchGap >= touch.range.offset;
+    auto it = std::find_if(access.touches.begin(), access.touches.end(), [&](const Touch& touch) {
+      return touch.tensor == static_cast<int>(k) && begin <= touch.range.end() + tuning_.touch_gap &&
+             end + tuning_.touch_gap >= touch.range.offset;
     });
-    if (it == state.touches.end()) {
+    if (it == access.touches.end()) {
       // A read of a tensor past where the reader is in it: likely a copy's
       // last page, read before the rest (see below).
       uint64_t read_before = 0;
-      for (const Touch& x : state.touches) {
+      for (const Touch& x : access.touches) {
         if (x.tensor == static_cast<int>(k) && x.range.end() <= begin) {
           read_before = std::max(read_before, x.range.length);
         }
       }
       if (k == static_cast<size_t>(first)) last_page = read_before > 0;
-      state.touches.push_back(
-          Touch{static_cast<int>(k), ByteRange{begin, end - begin}, state.clock, state.clock, crossing, state.clock});
-      it = std::prev(state.touches.end());
+      access.touches.push_back(
+          Touch{static_cast<int>(k), ByteRange{begin, end - begin}, access.clock, access.clock, crossing, access.clock});
+      it = std::prev(access.touches.end());
       it->read_before = read_before;
     } else {
       const uint64_t b = std::min(begin, it->range.offset);
       const uint64_t e = std::max(end, it->range.end());
-      if (b < it->range.offset || e > it->range.end()) it->grown_at = state.clock;
+      if (b < it->range.offset || e > it->range.end()) it->grown_at = access.clock;
       it->range = ByteRange{b, e - b};
     }
     // A copy (memcpy touches the first page of what it copies, then its last
@@ -321,21 +378,21 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     // read in between: likely the start of a copy of the whole tensor (told
     // for sure once the first touch grows; a reader of the first slice of the
     // next tensor makes the same read), so this read's chunk comes whole.
-    if (k == static_cast<size_t>(first) && t.size() >= kCopyMin && it->first_read == state.clock &&
+    if (k == static_cast<size_t>(first) && t.size() >= tuning_.copy_min && it->first_read == access.clock &&
         it->range.end() == t.end) {
       int others = 0;
       const Touch* head = nullptr;
-      for (const Touch& x : state.touches) {
+      for (const Touch& x : access.touches) {
         if (x.tensor != static_cast<int>(k) || &x == &*it) continue;
         ++others;
         head = &x;
       }
-      whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= state.clock &&
-                  head->range.length <= kCopyTailMax;
+      whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= access.clock &&
+                  head->range.length <= tuning_.copy_tail_max;
     }
-    if (t.size() >= kCopyMin && whole_until_ <= now && it->grown_at == state.clock) {
+    if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
       const Touch* tail = nullptr;
-      for (const Touch& x : state.touches) {
+      for (const Touch& x : access.touches) {
         if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.offset > it->range.offset &&
             x.range.end() > it->range.end() && (tail == nullptr || x.range.offset < tail->range.offset)) {
           tail = &x;
@@ -344,12 +401,12 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
       // A later touch at a known slice reader's window is that reader's first
       // page, not a copy's last (the first touch was then the kernel reading
       // around the header, its readahead arriving late).
-      if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= kCopyTailMax &&
-          tail->range.length <= std::max<uint64_t>(2 * range.length, kCopyTailMax) &&
+      if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
+          tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
           !NearKnownWindow(state, k, tail->range)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
-          whole_until_ = now + kWholeMemory;
+          reader.whole_until = now + tuning_.whole_memory;
           ContinueTensor(state, k);
         } else if (it->copy_end == 0) {
           it->copy_end = tail->range.end();
@@ -361,12 +418,12 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
     }
     // Touches that have grown into each other are one (a memcpy reads a
     // slice's first page, its last, then the rest in between).
-    size_t grown = static_cast<size_t>(it - state.touches.begin());
-    for (size_t j = 0; j < state.touches.size();) {
-      Touch& t1 = state.touches[grown];
-      const Touch& t2 = state.touches[j];
-      if (j != grown && t2.tensor == t1.tensor && t2.range.offset <= t1.range.end() + kTouchGap &&
-          t1.range.offset <= t2.range.end() + kTouchGap) {
+    size_t grown = static_cast<size_t>(it - access.touches.begin());
+    for (size_t j = 0; j < access.touches.size();) {
+      Touch& t1 = access.touches[grown];
+      const Touch& t2 = access.touches[j];
+      if (j != grown && t2.tensor == t1.tensor && t2.range.offset <= t1.range.end() + tuning_.touch_gap &&
+          t1.range.offset <= t2.range.end() + tuning_.touch_gap) {
         const uint64_t b = std::min(t1.range.offset, t2.range.offset);
         const uint64_t e = std::max(t1.range.end(), t2.range.end());
         t1.range = ByteRange{b, e - b};
@@ -374,37 +431,37 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
         t1.first_read = std::min(t1.first_read, t2.first_read);
         t1.grown_at = std::max(t1.grown_at, t2.grown_at);
         t1.copy_end = std::max(t1.copy_end, t2.copy_end);
-        state.touches.erase(state.touches.begin() + static_cast<std::ptrdiff_t>(j));
+        access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(j));
         if (j < grown) --grown;
         continue;
       }
       ++j;
     }
-    it = state.touches.begin() + static_cast<std::ptrdiff_t>(grown);
+    it = access.touches.begin() + static_cast<std::ptrdiff_t>(grown);
     // A touch settles once its tensor is left, not just the touch.
-    for (Touch& other : state.touches) {
-      if (other.tensor == static_cast<int>(k)) other.last_read = state.clock;
+    for (Touch& other : access.touches) {
+      if (other.tensor == static_cast<int>(k)) other.last_read = access.clock;
     }
     // Nearly all of a tensor several reads long: a whole-tensor reader.
-    if (t.size() >= 4 * std::max<uint64_t>(range.length, 64 << 10) && it->range.length >= t.size() - t.size() / 10) {
-      if (whole_until_ <= now) {
+    if (t.size() >= 4 * std::max<uint64_t>(range.length, tuning_.read_around_half) && it->range.length >= t.size() - t.size() / 10) {
+      if (reader.whole_until <= now) {
         spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", state.info.name, k);
       }
-      whole_until_ = now + kWholeMemory;
+      reader.whole_until = now + tuning_.whole_memory;
     }
   }
 
   // Touches the reader has left teach the learner.
-  for (size_t i = 0; i < state.touches.size();) {
-    Touch& touch = state.touches[i];
-    if (state.clock - touch.last_read < kSettleReads && state.touches.size() <= kMaxTouches) {
+  for (size_t i = 0; i < access.touches.size();) {
+    Touch& touch = access.touches[i];
+    if (access.clock - touch.last_read < tuning_.settle_reads && access.touches.size() <= tuning_.max_touches) {
       ++i;
       continue;
     }
     const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
     // The kernel reading on past the end of one tensor (or around the start
     // of the next) into a neighbour tells nothing about the reader's slice.
-    const bool spill = touch.crossing && touch.range.length < kSpillMax &&
+    const bool spill = touch.crossing && touch.range.length < tuning_.spill_max &&
                        (o.begin == o.tensor.begin || o.end == o.tensor.end);
     // A reader of a known pattern: its reads lie mostly inside the window.
     const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
@@ -416,17 +473,17 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin);
-      if (std::optional<SlicePattern> learned = learner_.Observe(o)) {
+      if (std::optional<SlicePattern> learned = learner.Observe(o)) {
         const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
                                      [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
         if (!dup) {
           spdlog::info("{}: a reader takes {}: prefetching only those", state.info.name, learned->ToString());
           patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
-          if (patterns_.size() > 8) patterns_.erase(patterns_.begin() + (options_.shard_world > 0 ? 1 : 0));
+          if (patterns_.size() > 8) DropPattern(options_.shard_world > 0 ? 1 : 0);
         }
       }
     }
-    state.touches.erase(state.touches.begin() + static_cast<std::ptrdiff_t>(i));
+    access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
   }
 
   // A read inside a known pattern's window of its tensor is that pattern's.
@@ -440,13 +497,13 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
       return Mode::kSlice;
     }
   }
-  if (now < whole_until_) return Mode::kWhole;
+  if (now < reader.whole_until) return Mode::kWhole;
   // At a copy's likely last page, or past the end of a copy whose extent is
   // known: the kernel reading around it.
   if (whole_end) return Mode::kWholeEnd;
   if (last_page) return Mode::kAround;
-  for (const Touch& x : state.touches) {
-    if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + kTouchGap || end < x.range.offset) continue;
+  for (const Touch& x : access.touches) {
+    if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + tuning_.touch_gap || end < x.range.offset) continue;
     if (begin >= x.copy_end) return Mode::kAround;
     *copy_end = x.copy_end;
   }
@@ -493,8 +550,8 @@ void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
   }
 }
 
-bool ReadEngine::IsNear(ByteRange window, ByteRange range) {
-  return range.offset < window.end() + kNearWindow && range.end() + kNearWindow > window.offset;
+bool ReadEngine::IsNear(ByteRange window, ByteRange range) const {
+  return range.offset < window.end() + tuning_.near_window && range.end() + tuning_.near_window > window.offset;
 }
 
 bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const {
@@ -515,6 +572,7 @@ void ReadEngine::StartSliceSweep(ObjectState& state, int id, size_t from) {
 
 void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   auto pattern_it = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) { return p.id == id; });
+  if (pattern_it == patterns_.end()) state.slice_sweeps.erase(id);
   if (pattern_it == patterns_.end() || stopping_) return;
   auto [sweep_it, fresh] = state.slice_sweeps.try_emplace(id, SliceSweep{.start = from});
   SliceSweep& sweep = sweep_it->second;
@@ -527,7 +585,7 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
     size_t count = 1;
     while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
       const ByteRange next = WindowOf(state, pattern_it->pattern, k + 1);
-      if (next.offset > run.end() + kCoalesceGap || next.end() - run.offset > options_.chunk_size) break;
+      if (next.offset > run.end() + tuning_.coalesce_gap || next.end() - run.offset > options_.chunk_size) break;
       run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
       ++k;
       ++count;
@@ -564,19 +622,19 @@ void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
   }
 }
 
-void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
+void ReadEngine::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
   // header parsed through mmap: it calls for nothing more yet.
   if (index < 0 || plan.ChunkAt(range.end() - 1) == 0) return;
   const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
-  auto touch = std::find_if(state.touches.begin(), state.touches.end(), [&](const Touch& x) {
+  auto touch = std::find_if(access.touches.begin(), access.touches.end(), [&](const Touch& x) {
     return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
   });
-  const uint64_t run = touch == state.touches.end() ? range.length : range.end() - touch->range.offset;
+  const uint64_t run = touch == access.touches.end() ? range.length : range.end() - touch->range.offset;
   // A copy whose end is known is read ahead no further (see Classify).
-  const uint64_t limit = touch != state.touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
+  const uint64_t limit = touch != access.touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
@@ -593,7 +651,7 @@ void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
   // that double, so that each request is larger than the one before: a slice
   // reader's rows end somewhere, and what was fetched past them is no more
   // than what it read.
-  const uint64_t ahead = std::max(run, kFirstPiece);
+  const uint64_t ahead = std::max(run, tuning_.first_piece);
   if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
   PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + 2 * ahead) - frontier});
 }
@@ -601,7 +659,7 @@ void ReadEngine::RampWithinTensor(ObjectState& state, ByteRange range) {
 void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
   const ChunkPlan& plan = *state.plan;
   // Requests of up to 4 MiB, so the link's connections each carry a share.
-  const uint64_t piece = std::min<uint64_t>(options_.chunk_size, 4 << 20);
+  const uint64_t piece = tuning_.max_piece;
   for (uint64_t at = range.offset; at < range.end();) {
     const size_t c = plan.ChunkAt(at);
     const uint64_t e = std::min(range.end(), plan.Chunk(c).end());
@@ -624,8 +682,10 @@ ChunkKey ReadEngine::KeyWithin(ObjectState& state, size_t index, const std::opti
                                ByteRange* range) {
   ChunkKey key{state.info.id(), index};
   *range = state.plan->Chunk(index);
+  // A chunk outside `within` altogether (a caller reading past the range it
+  // named) is read as a chunk of its own: there is no edge of `within` in it.
   if (!within || (range->offset >= within->offset && range->end() <= within->end()) ||
-      cache_.Find(key) != nullptr) {
+      range->end() <= within->offset || range->offset >= within->end() || cache_.Find(key) != nullptr) {
     return key;
   }
   const uint64_t begin = std::max(range->offset, within->offset);
@@ -646,7 +706,7 @@ size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from, uint64_t byt
 void ReadEngine::NoteStreamRead(uint64_t id) {
   recent_streams_.push_back(id);
   ++streams_read_[id];
-  if (recent_streams_.size() > kActiveReads) {
+  if (recent_streams_.size() > tuning_.active_reads) {
     auto it = streams_read_.find(recent_streams_.front());
     if (--it->second == 0) streams_read_.erase(it);
     recent_streams_.pop_front();
@@ -655,17 +715,17 @@ void ReadEngine::NoteStreamRead(uint64_t id) {
 
 uint64_t ReadEngine::StreamWindow() const {
   const uint64_t share = options_.prefetch_window / std::max<size_t>(1, streams_read_.size());
-  return std::max(share, std::min(options_.prefetch_window, kMinStreamWindowChunks * options_.chunk_size));
+  return std::max(share, std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size));
 }
 
-void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) {
+void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end) {
   const ChunkPlan& plan = *state.plan;
   // Reading the header (to list tensors, say) calls for no tensor data.
   if (read_end <= plan.data_start()) return;
-  ++state.clock;
+  ++access.clock;
   Stream* s = nullptr;
-  for (Stream& st : state.streams) {
-    if (first + kBackTolerance >= st.start && first <= st.frontier + 1) {
+  for (Stream& st : access.streams) {
+    if (first + tuning_.back_tolerance >= st.start && first <= st.frontier + 1) {
       s = &st;
       break;
     }
@@ -675,32 +735,32 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
     s->frontier = std::max(s->frontier, last);
     ++s->reads;
   } else {
-    if (!state.streams.empty()) ++state.far_jumps;
+    if (!access.streams.empty()) ++access.far_jumps;
     Stream fresh{.start = first, .last = last, .frontier = last, .reads = 1, .id = next_stream_id_++};
-    if (state.streams.size() < kMaxStreams) {
-      state.streams.push_back(fresh);
-      s = &state.streams.back();
+    if (access.streams.size() < tuning_.max_streams) {
+      access.streams.push_back(fresh);
+      s = &access.streams.back();
     } else {
-      s = &*std::min_element(state.streams.begin(), state.streams.end(),
+      s = &*std::min_element(access.streams.begin(), access.streams.end(),
                              [](const Stream& a, const Stream& b) { return a.age < b.age; });
       *s = fresh;
     }
     // The reader of the file before this one, come here to read it out of
     // order, is known at its first jump (waiting for three left the link to
     // one chunk at a time at each new shard).
-    if (state.far_jumps >= (state.continued ? 1 : kSweepAfterJumps) && !state.sweep) {
+    if (access.far_jumps >= (state.continued ? 1 : tuning_.sweep_after_jumps) && !state.sweep) {
       state.sweep = true;
       spdlog::debug("{}: read out of order; prefetching it whole in storage order", state.info.name);
     }
   }
-  s->age = state.clock;
+  s->age = access.clock;
   NoteStreamRead(s->id);
 
   // The rest of the tensor being read, and for a reader moving on (not one that
   // just jumped here), the window ahead in storage order. A first read that
   // stays in the head chunk is most likely the kernel reading ahead of a header
   // read: it calls for nothing more yet.
-  const bool head_only = last == 0 && state.streams.size() == 1 && s->reads == 1;
+  const bool head_only = last == 0 && access.streams.size() == 1 && s->reads == 1;
   size_t target = head_only ? s->frontier : std::max(s->frontier, plan.TensorEnd(last));
   if (s->reads >= 2) target = std::max(target, last + WindowChunks(plan, last + 1, StreamWindow()));
   target = std::min(target, plan.size() - 1);
@@ -717,8 +777,8 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
   }
   // Streams that ran into this one are part of it now.
   Stream merged = *s;
-  std::erase_if(state.streams, [&](const Stream& st) {
-    return &st != s && st.start + kBackTolerance >= merged.start && st.start <= merged.frontier + 1 &&
+  std::erase_if(access.streams, [&](const Stream& st) {
+    return &st != s && st.start + tuning_.back_tolerance >= merged.start && st.start <= merged.frontier + 1 &&
            st.frontier <= std::max(merged.frontier, st.frontier);
   });
   if (state.sweep) TopUpSweep(state);
@@ -726,7 +786,11 @@ void ReadEngine::UpdateStreams(ObjectState& state, size_t first, size_t last, ui
 
 void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
   MutexLock lock(mu_);
-  for (size_t i = 0; i + 1 < objects.size(); ++i) StateOf(objects[i]).successor = objects[i + 1];
+  for (size_t i = 0; i + 1 < objects.size(); ++i) {
+    read_order_[objects[i].id()] = objects[i + 1];
+    auto it = objects_.find(objects[i].id());
+    if (it != objects_.end()) it->second.successor = objects[i + 1];
+  }
 }
 
 void ReadEngine::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
@@ -745,13 +809,13 @@ void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
   const ChunkPlan& plan = *state.plan;
   state.continued = true;
   // The stream the predecessor's reader will continue in.
-  auto it = std::find_if(state.streams.begin(), state.streams.end(), [](const Stream& st) { return st.start == 0; });
-  if (it == state.streams.end()) {
-    if (state.streams.size() >= kMaxStreams) return;
-    state.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++});
-    it = std::prev(state.streams.end());
+  auto it = std::find_if(state.access.streams.begin(), state.access.streams.end(), [](const Stream& st) { return st.start == 0; });
+  if (it == state.access.streams.end()) {
+    if (state.access.streams.size() >= tuning_.max_streams) return;
+    state.access.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++, .continuation = true});
+    it = std::prev(state.access.streams.end());
   }
-  it->age = ++state.clock;
+  it->age = ++state.access.clock;
   uint64_t covered = 0;
   for (size_t i = 1; i < plan.size() && covered < bytes; ++i) {
     covered += plan.Chunk(i).length;
@@ -778,14 +842,21 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
 }
 
 void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done, ReadHints hints) {
+  if (trace_ != nullptr) {
+    trace_->Record(TracedRead{.reader = hints.reader.value, .offset = offset, .length = size, .kernel = hints.prefetch,
+                              .delivered = hints.delivered, .within = hints.within.has_value(), .object = object.name});
+  }
   if (offset >= object.size || size == 0) return done(ReadResult{});
   auto op = std::make_shared<ReadOp>();
   op->object = object.id();
   op->range = ByteRange{offset, std::min<uint64_t>(size, object.size - offset)};
   op->done = std::move(done);
   op->hints = hints;
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   {
     MutexLock lock(mu_);
+    EvictedChunks keep_evicted(cache_, evicted);
+    PruneObjects();
     ObjectState& state = StateOf(object);
     if (state.plan == nullptr) {
       metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
@@ -808,7 +879,16 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     // The kernel reading bytes it was given has dropped them.
     if (op->hints.prefetch && !op->hints.within) RemoveGiven(state, op->range);
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
-    if (kernel_read) mode = Classify(state, op->range, &pattern, &copy_end);
+    AccessState* access = &state.access;
+    ReaderClock* reader = &anonymous_;
+    SliceLearner* learner = &learner_;
+    if (op->hints.reader.value != 0) {
+      ReaderState& r = ReaderOf(op->hints.reader, state);
+      access = &r.access;
+      reader = &r.clock;
+      learner = &r.learner;
+    }
+    if (kernel_read) mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end);
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
       StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on
@@ -889,12 +969,12 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
           want = ByteRange{wb, we - wb};
         }
       } else if (mode == Mode::kNearSlice || mode == Mode::kAround || spans_tensors) {
-        want = ByteRange{b & ~(kPage - 1), 0};
+        want = ByteRange{b & ~(tuning_.page - 1), 0};
         want.offset = std::max(want.offset, chunk.offset);
-        want.length = std::min(chunk.end(), (e + kPage - 1) & ~(kPage - 1)) - want.offset;
+        want.length = std::min(chunk.end(), (e + tuning_.page - 1) & ~(tuning_.page - 1)) - want.offset;
       } else {
-        const uint64_t wb = b & ~(kPage - 1);
-        const uint64_t run_on = std::min(copy_end, std::max(wb, chunk.offset) + kFirstPiece);
+        const uint64_t wb = b & ~(tuning_.page - 1);
+        const uint64_t run_on = std::min(copy_end, std::max(wb, chunk.offset) + tuning_.first_piece);
         const uint64_t we = std::min(chunk.end(), std::max(e, run_on));
         want = ByteRange{std::max(wb, chunk.offset), 0};
         want.length = we - want.offset;
@@ -915,9 +995,9 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
       TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
     } else if (kernel_read && mode == Mode::kUnknown) {
-      if (!spans_tensors) RampWithinTensor(state, op->range);
+      if (!spans_tensors) RampWithinTensor(state, *access, op->range);
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
-      UpdateStreams(state, first, last, op->range.end());
+      UpdateStreams(state, *access, first, last, op->range.end());
     }
     if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it
   }
@@ -926,8 +1006,11 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
 
 void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::optional<ByteRange> within) {
   if (range.length == 0 || range.offset >= object.size) return;
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   MutexLock lock(mu_);
+  EvictedChunks keep_evicted(cache_, evicted);
   if (stopping_) return;
+  PruneObjects();
   ObjectState& state = StateOf(object);
   if (state.plan == nullptr) {
     state.pending_prefetch.emplace_back(range, within);
@@ -942,6 +1025,8 @@ void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range, const std::o
   const uint64_t end = std::min(range.end(), state.info.size);
   if (range.offset >= end) return;
   for (size_t i = plan.ChunkAt(range.offset), last = plan.ChunkAt(end - 1); i <= last; ++i) {
+    const ByteRange chunk = plan.Chunk(i);
+    if (within && (chunk.end() <= within->offset || chunk.offset >= within->end())) continue;
     ByteRange piece;
     ChunkKey key = KeyWithin(state, i, within, &piece);
     if (!RequestPiece(state, key, piece, /*prefetch=*/true)) return;
@@ -950,11 +1035,16 @@ void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range, const std::o
 
 void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) {
   std::shared_ptr<const Chunk> cached;
+  bool unmounting = false;
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   {
     MutexLock lock(mu_);
-    if (stopping_) return done(UnavailableError("tensorfs is unmounting"));
-    ChunkCache::Entry* entry = cache_.Find(key);
-    if (entry != nullptr && entry->chunk != nullptr) {
+    EvictedChunks keep_evicted(cache_, evicted);
+    unmounting = stopping_;
+    ChunkCache::Entry* entry = unmounting ? nullptr : cache_.Find(key);
+    if (unmounting) {
+      // `done` is called below, without mu_ (callbacks never run under it).
+    } else if (entry != nullptr && entry->chunk != nullptr) {
       cache_.Touch(key);
       metrics_.cache_hits.fetch_add(1, std::memory_order_relaxed);
       cached = entry->chunk;
@@ -968,6 +1058,7 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
       cache_.InsertLoading(key, ByteRange{0, size}, /*prefetched=*/false).waiters.push_back(std::move(done));
     }
   }
+  if (unmounting) return done(UnavailableError("tensorfs is unmounting"));
   if (cached != nullptr) return done(cached);
   derive([this, key](StatusOr<std::shared_ptr<Chunk>> chunk) {
     std::vector<ChunkWaiter> waiters;
@@ -982,26 +1073,52 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
   });
 }
 
+void ReadEngine::Inconsistent(const std::string& what) {
+  metrics_.engine_inconsistencies.fetch_add(1, std::memory_order_relaxed);
+  if (std::optional<uint64_t> suppressed = inconsistency_log_.Allow()) {
+    spdlog::error("INTERNAL ERROR (read answered with EIO, the mount goes on): {}{}", what,
+                  SuppressedSuffix(*suppressed));
+  }
+}
+
 void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
   if (op->failed.load()) return op->done(op->error);
   ReadResult result;
   std::vector<ByteRange> parts;
   uint64_t cursor = op->range.offset;
   for (const auto& chunk : op->chunks) {
-    const uint64_t begin = std::max(cursor, chunk->range().offset);
-    const uint64_t end = std::min(op->range.end(), chunk->range().end());
-    TENSORFS_CHECK(begin == cursor && end >= begin);  // the entries tile the range, in order
+    const uint64_t begin = std::max(cursor, chunk == nullptr ? cursor : chunk->range().offset);
+    const uint64_t end = chunk == nullptr ? begin : std::min(op->range.end(), chunk->range().end());
+    // The entries tile the range, in order.
+    if (chunk == nullptr || begin != cursor || end < begin) {
+      Inconsistent("the cache entries for " + std::to_string(op->range.length) + " bytes at " +
+                   std::to_string(op->range.offset) + " of " + op->object.name + " do not tile it: an entry " +
+                   (chunk == nullptr ? std::string("is missing")
+                                     : "covers " + std::to_string(chunk->range().offset) + "+" +
+                                           std::to_string(chunk->range().length)) +
+                   " where byte " + std::to_string(cursor) + " was due");
+      return op->done(InternalError("tensorfs read engine: inconsistent cache entries for " + op->object.name +
+                                    " (logged; please report)"));
+    }
     parts.push_back(ByteRange{begin, end - begin});
     result.pieces.push_back(chunk->Slice(parts.back()));
     cursor = end;
   }
-  TENSORFS_CHECK(cursor == op->range.end());
+  if (cursor != op->range.end()) {
+    Inconsistent("the cache entries for " + std::to_string(op->range.length) + " bytes at " +
+                 std::to_string(op->range.offset) + " of " + op->object.name + " end at byte " +
+                 std::to_string(cursor));
+    return op->done(InternalError("tensorfs read engine: inconsistent cache entries for " + op->object.name +
+                                  " (logged; please report)"));
+  }
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   if (op->hints.delivered) {
     MutexLock lock(mu_);
+    EvictedChunks keep_evicted(cache_, evicted);
     // The kernel's own reads of the file record what it was given.
     auto state = op->hints.prefetch && !op->hints.within ? objects_.find(op->object) : objects_.end();
     for (size_t i = 0; i < parts.size(); ++i) {
-      const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->keys[i], parts[i]);
+      const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->keys[i], op->chunks[i].get(), parts[i]);
       if (consumed && state != objects_.end()) AddGiven(state->second, *consumed);
     }
   }
@@ -1025,6 +1142,7 @@ void ReadEngine::WorkerLoop() {
       std::deque<Job>& queue = demand_queue_.empty() ? prefetch_queue_ : demand_queue_;
       job = std::move(queue.front());
       queue.pop_front();
+      ++running_jobs_;
     }
     RunJob(job);
   }
@@ -1098,9 +1216,13 @@ void ReadEngine::RunJob(const Job& job) {
   const StatusOr<std::shared_ptr<const Chunk>> result =
       status.ok() ? StatusOr<std::shared_ptr<const Chunk>>(std::shared_ptr<const Chunk>(chunk))
                   : StatusOr<std::shared_ptr<const Chunk>>(status);
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   {
     MutexLock lock(mu_);
+    EvictedChunks keep_evicted(cache_, evicted);
     ObjectState& state = objects_.at(job.object);
+    --state.jobs;
+    --running_jobs_;
     if (job.head) {
       plan_waiters = std::move(state.plan_waiters);
       state.plan_waiters.clear();

@@ -30,6 +30,10 @@
 //     for a copy whose extent its first reads show (memcpy reads the first
 //     page, the last, then the rest), the bytes in between at once and
 //     nothing past it.
+// What a reader is doing is kept per reader (ReaderId: one open file), so
+// two processes reading one file, one a whole-tensor loader and one a slice
+// reader, each keep their own pattern; the slice patterns learned are shared
+// by all readers (a host's next file is read by a new reader).
 // The mode is decided per read by Classify; a read spanning two tensors (the
 // kernel reading around a page near a tensor's edge) fetches only its pages
 // for a reader not known yet.
@@ -44,9 +48,22 @@
 // included. A read that finds the cache full of chunks still loading may
 // exceed it by the chunks it needs; prefetch never does.
 //
+// Every tuning constant is in Tuning (tuning.h), derived from chunk_size and
+// the kernel's readahead in force (EngineOptions::readahead).
+//
+// State is bounded: objects' state past Tuning::max_objects idle ones, readers'
+// past Tuning::max_readers (and at ReleaseReader), pieces and slice sweeps
+// with the cache entries and patterns they belong to.
+//
+// A broken invariant on the read path (cache entries that do not tile a read)
+// answers that read with kInternal (EIO), is logged (rate-limited) and counted
+// in Metrics::engine_inconsistencies; the daemon goes on serving.
+//
 // Thread-safety: all public methods may be called concurrently. mu_ guards the
-// cache and the per-object state; it is never held across store I/O or while
-// calling a ReadDone.
+// cache and the per-object and per-reader state; it is never held across store
+// I/O, while calling a ReadDone or ChunkWaiter, or while unmapping an evicted
+// chunk's buffer (EvictedChunks). Lock order: mu_, then BufferPool's lock
+// (taken when a fetch maps a buffer); ReadTrace's lock is taken alone.
 #ifndef TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 #define TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 
@@ -64,8 +81,11 @@
 #include "core/engine/chunk_cache.h"
 #include "core/engine/chunk_plan.h"
 #include "core/engine/read_result.h"
+#include "core/engine/read_trace.h"
+#include "core/engine/tuning.h"
 #include "core/metrics/metrics.h"
 #include "core/store/object_store.h"
+#include "core/util/log_limiter.h"
 #include "core/util/thread_annotations.h"
 
 namespace tensorfs {
@@ -84,6 +104,13 @@ struct EngineOptions {
   // windows are prefetched from the first read on. world 0: learn from reads.
   uint64_t shard_rank = 0;
   uint64_t shard_world = 0;
+  // The kernel's readahead in force on the mount (bytes; 0: not known, taken
+  // as the kernel's default 128 KiB). The engine's margins for what the
+  // kernel reads around a reader's pages follow it (see tuning.h).
+  uint64_t readahead = 0;
+  // When set, every read asked of the engine is recorded in this file (see
+  // read_trace.h), for replaying a workload in tests.
+  std::string trace_reads;
 
   // The message says which option to change.
   Status Validate() const;
@@ -102,7 +129,18 @@ struct EngineOptions {
 // being fetched and reaches outside `within` is fetched only as far as it lies
 // inside, as an edge piece cached under its own key, so that reading one layer
 // does not pull in the neighbouring layers' bytes.
+// The reader a kernel read is for: one open file (FUSE gives each open its own
+// handle; two processes reading one file, or one process opening it twice, are
+// two readers). Each reader's reads are told apart from the others': what one
+// of them does (read whole tensors, a slice, in order) says nothing about the
+// next. 0: the reader of every read that names none (one per object).
+struct ReaderId {
+  uint64_t value = 0;
+  auto operator<=>(const ReaderId&) const = default;
+};
+
 struct ReadHints {
+  ReaderId reader;
   bool prefetch = true;
   bool delivered = true;
   std::optional<ByteRange> within;
@@ -157,6 +195,24 @@ class ReadEngine {
   // The plan of an object whose head has been fetched; null before.
   std::shared_ptr<const ChunkPlan> PlanOf(const ObjectId& object) EXCLUDES(mu_);
 
+  // The file `reader` was opened on is closed: what was learned of it goes.
+  void ReleaseReader(ReaderId reader) EXCLUDES(mu_);
+
+  // How much bookkeeping the engine holds (for stats and tests): each is
+  // bounded, whatever the number of objects, generations and readers seen.
+  struct StateSizes {
+    size_t objects = 0;       // objects with per-object state (plan, streams, pieces)
+    size_t readers = 0;       // readers with state of their own
+    size_t pieces = 0;        // parts of chunks tracked, all objects
+    size_t slice_sweeps = 0;  // slice prefetches tracked, all objects
+    size_t touches = 0;       // recent tensor reads tracked, all readers
+  };
+  StateSizes Sizes() EXCLUDES(mu_);
+
+  // Whether no fetch is queued or running: for tests that replay reads one at
+  // a time and let the engine settle between them.
+  bool Idle() EXCLUDES(mu_);
+
  private:
   struct ReadOp;
   // kNearSlice: just outside a slice reader's window (its kernel reading
@@ -202,15 +258,41 @@ class ReadEngine {
     uint64_t reads = 0;
     uint64_t age = 0;     // for replacing the least recently used stream
     uint64_t id = 0;      // engine-wide, for counting the streams being read
+    bool continuation = false;  // made for the reader coming from the file before (ContinueInto)
+  };
+  // What one reader is doing in one object: the tensors it touched lately and
+  // the runs of chunks it moves through.
+  struct AccessState {
+    std::vector<Touch> touches;
+    std::vector<Stream> streams;
+    uint64_t clock = 0;  // this reader's reads of the object
+    int far_jumps = 0;
+  };
+  // A reader's reads of every object, and whether it was seen reading whole
+  // tensors lately.
+  struct ReaderClock {
+    uint64_t reads = 0;        // kernel reads of safetensors data
+    uint64_t whole_until = 0;  // whole-tensor reads seen: until `reads` reaches this
+  };
+  struct ReaderState {
+    ObjectId object;  // the object `access` is of (an open file reads one)
+    AccessState access;
+    ReaderClock clock;
+    // Learns this reader's slice from its own tensors only (readers of other
+    // ranks interleaved with it would crowd each other out of one learner).
+    SliceLearner learner;
+    uint64_t last_used = 0;
   };
   struct ObjectState {
     ObjectInfo info;
     std::shared_ptr<const ChunkPlan> plan;
     bool head_requested = false;
     std::vector<std::function<void(const Status&)>> plan_waiters;
-    std::vector<Stream> streams;
-    uint64_t clock = 0;
-    int far_jumps = 0;
+    // Reads that name no reader, and the stream ContinueInto makes ready for
+    // the next reader to come (a reader new to the object starts from it).
+    AccessState access;
+    uint64_t last_used = 0;  // engine_clock_ at its last use
+    int jobs = 0;            // fetches queued or running for it
     bool sweep = false;  // prefetching the whole object in storage order
     size_t sweep_next = 0;
     int sweep_in_flight = 0;
@@ -219,8 +301,8 @@ class ReadEngine {
     bool continued = false;       // its start was prefetched for the reader of the file before it
     // Prefetch() calls made before the plan was known: range, within.
     std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
-    std::vector<Touch> touches;                // recent reads of tensors, by any reader
     std::map<uint64_t, Piece> pieces;          // by first byte
+    size_t pieces_check_at = 64;               // forget evicted pieces when there are this many
     std::map<int, SliceSweep> slice_sweeps;    // by pattern id
     std::vector<int> pending_sweeps;           // pattern ids to sweep once the plan is known
     // Bytes of this file the kernel received in full, as whole cache entries
@@ -239,6 +321,14 @@ class ReadEngine {
   };
 
   ObjectState& StateOf(const ObjectInfo& object) REQUIRES(mu_);
+  // The state of `reader`, on `state`'s object; a reader new to it starts from
+  // the object's continuation stream.
+  ReaderState& ReaderOf(ReaderId reader, ObjectState& state) REQUIRES(mu_);
+  // Drops the state of objects nothing is pending on, least recently used
+  // first, past kMaxObjects; no ObjectState reference may be held across it.
+  void PruneObjects() REQUIRES(mu_);
+  // A pattern is given up: its sweeps go with it.
+  void DropPattern(size_t index) REQUIRES(mu_);
   void StartHead(ObjectState& state, bool prefetch) REQUIRES(mu_);
   // Requests chunk `index` (if not cached or loading, nor given to the kernel
   // for a prefetch). Prefetches give up when the cache has no room; returns
@@ -252,7 +342,7 @@ class ReadEngine {
   // Requests the piece `key` covering `range` unless cached or coming.
   bool RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep = false)
       REQUIRES(mu_);
-  void Enqueue(Job job, bool prefetch) REQUIRES(mu_);
+  void Enqueue(ObjectState& state, Job job, bool prefetch) REQUIRES(mu_);
   // Pieces (see "Readers"): the cached or loading pieces overlapping `range`
   // (evicted ones are forgotten), in order.
   std::vector<std::pair<ByteRange, ChunkKey>> PiecesIn(ObjectState& state, ByteRange range) REQUIRES(mu_);
@@ -266,8 +356,8 @@ class ReadEngine {
   // Records a kernel read for learning (touches, slice observations, whole
   // tensors) and says which kind of reader made it; *pattern is set for kSlice
   // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
-  Mode Classify(ObjectState& state, ByteRange range, const ActivePattern** pattern, uint64_t* copy_end)
-      REQUIRES(mu_);
+  Mode Classify(ObjectState& state, AccessState& access, ReaderClock& reader, SliceLearner& learner,
+                ByteRange range, const ActivePattern** pattern, uint64_t* copy_end) REQUIRES(mu_);
   // Whether the kernel received all of `range` (see ObjectState::given).
   static bool Given(const ObjectState& state, ByteRange range);
   static void AddGiven(ObjectState& state, ByteRange range);
@@ -276,7 +366,7 @@ class ReadEngine {
   ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
   // Whether `range` lies within kNearWindow of `window` (a slice reader's
   // kernel reading around its slice).
-  static bool IsNear(ByteRange window, ByteRange range);
+  bool IsNear(ByteRange window, ByteRange range) const;
   // Whether `range` of tensor `index` is near a known pattern's window of it.
   bool NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const REQUIRES(mu_);
   // Prefetches windows of `pattern` (id) in `state`'s object, starting at
@@ -286,7 +376,7 @@ class ReadEngine {
   // Prefetch for a reader not known yet: the bytes ahead of it within the
   // tensor (or the copy it makes, once known), as many as it has read there
   // in a row.
-  void RampWithinTensor(ObjectState& state, ByteRange range) REQUIRES(mu_);
+  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range) REQUIRES(mu_);
   // Requests the parts of `range` not cached or coming, as pieces of up to
   // 4 MiB, at prefetch priority.
   void PrefetchPieces(ObjectState& state, ByteRange range) REQUIRES(mu_);
@@ -296,7 +386,8 @@ class ReadEngine {
   void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
   // the prefetches it calls for.
-  void UpdateStreams(ObjectState& state, size_t first, size_t last, uint64_t read_end) REQUIRES(mu_);
+  void UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end)
+      REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader
   // is about to arrive), starting a stream there.
@@ -318,9 +409,14 @@ class ReadEngine {
   // Fetches the head of an object and builds its plan.
   StatusOr<std::shared_ptr<Chunk>> FetchHead(const ObjectInfo& object, std::shared_ptr<const ChunkPlan>* plan);
   void FinishRead(const std::shared_ptr<ReadOp>& op) EXCLUDES(mu_);
+  // The engine's own state contradicts itself (a bug): counted in
+  // metrics().engine_inconsistencies and logged (rate-limited) with `what`;
+  // the caller answers just that read with an error, the mount goes on.
+  void Inconsistent(const std::string& what);
 
   ObjectStore& store_;
   const EngineOptions options_;
+  const Tuning tuning_;
   Metrics& metrics_;
   const std::shared_ptr<BufferPool> pool_;  // chunk buffers; outlives the chunks it lends to
 
@@ -331,15 +427,20 @@ class ReadEngine {
   std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
   std::deque<Job> demand_queue_ GUARDED_BY(mu_);
   std::deque<Job> prefetch_queue_ GUARDED_BY(mu_);
-  SliceLearner learner_ GUARDED_BY(mu_);
+  int running_jobs_ GUARDED_BY(mu_) = 0;  // taken from a queue, not finished
+  SliceLearner learner_ GUARDED_BY(mu_);  // of the reads that name no reader
   std::vector<ActivePattern> patterns_ GUARDED_BY(mu_);
   int next_pattern_id_ GUARDED_BY(mu_) = 0;
-  uint64_t read_clock_ GUARDED_BY(mu_) = 0;   // kernel reads of safetensors data so far
-  uint64_t whole_until_ GUARDED_BY(mu_) = 0;  // whole-tensor readers seen: until this read_clock_
+  ReaderClock anonymous_ GUARDED_BY(mu_);  // of the reads that name no reader
+  std::map<ReaderId, ReaderState> readers_ GUARDED_BY(mu_);
+  std::map<ObjectId, ObjectInfo> read_order_ GUARDED_BY(mu_);  // object -> the one read after it (SetReadOrder)
+  uint64_t engine_clock_ GUARDED_BY(mu_) = 0;  // calls that used object or reader state
   uint64_t next_stream_id_ GUARDED_BY(mu_) = 1;
   std::deque<uint64_t> recent_streams_ GUARDED_BY(mu_);   // ids of the last kActiveReads stream reads
   std::map<uint64_t, int> streams_read_ GUARDED_BY(mu_);  // id -> its reads among them
   std::vector<std::thread> workers_;
+  std::unique_ptr<ReadTrace> trace_;  // see EngineOptions::trace_reads
+  LogRateLimiter inconsistency_log_{std::chrono::seconds(10), "engine inconsistencies"};
 };
 
 }  // namespace tensorfs

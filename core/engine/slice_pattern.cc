@@ -1,17 +1,13 @@
 #include "core/engine/slice_pattern.h"
 
 #include <algorithm>
-#include <set>
-#include <vector>
+#include <array>
+#include <span>
 
 namespace tensorfs {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-// The most the kernel reads around a slice (mmap read-around, readahead).
-constexpr uint64_t kMaxMargin = 1ull << 20;
-constexpr uint64_t kMaxDen = 1024;
-constexpr uint64_t kReadAroundHalf = 64 << 10;
 
 uint64_t PageDown(uint64_t x) { return x & ~(kPage - 1); }
 uint64_t PageUp(uint64_t x) { return (x + kPage - 1) & ~(kPage - 1); }
@@ -31,23 +27,24 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 // most kMaxMargin / 2 on either side, and in all no more than the core. A core
 // smaller than the kernel's read-around explains nothing: such a slice cannot
 // be told from what the kernel reads around other readers' pages.
-bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) {
+}  // namespace
+
+bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
   const ByteRange core = p.Core(o.tensor);
-  if (core.length < kReadAroundHalf) return false;
+  if (core.length < tuning_.read_around_half) return false;
   const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
-  if (o.begin > core.offset + tol || core.offset > o.begin + kMaxMargin / 2) return false;
-  if (o.end + tol < core.end() || o.end > core.end() + kMaxMargin / 2) return false;
+  if (o.begin > core.offset + tol || core.offset > o.begin + tuning_.max_margin / 2) return false;
+  if (o.end + tol < core.end() || o.end > core.end() + tuning_.max_margin / 2) return false;
   *before = core.offset > o.begin ? core.offset - o.begin : 0;
   *after = o.end > core.end() ? o.end - core.end() : 0;
   return *before + *after <= core.length;
 }
 
-}  // namespace
-
-SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world) {
-  // The kernel's default read-around for an mmap fault is 128 KiB, centred on
+SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world, const Tuning& tuning) {
+  // The kernel's read-around for an mmap fault is its readahead, centred on
   // the fault; readahead runs up to that far past a sequential reader.
-  return SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = world, .before = 64 << 10, .after = 128 << 10};
+  return SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = world, .before = tuning.read_around_half,
+                      .after = 2 * tuning.read_around_half};
 }
 
 ByteRange SlicePattern::Core(const TensorSpan& t) const {
@@ -105,7 +102,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   std::optional<SlicePattern> best;
   size_t best_support = 0;
   uint64_t best_margins = 0;
-  for (uint64_t den = 1; den <= kMaxDen; ++den) {
+  for (uint64_t den = 1; den <= tuning_.max_den; ++den) {
     const uint64_t rl0 = MulDiv(a, den, size);
     const uint64_t rh0 = MulDiv(b, den, size);
     for (uint64_t rl = rl0; rl <= rl0 + 1; ++rl) {
@@ -113,25 +110,34 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
         SlicePattern p{.lo_num = rl, .hi_num = rh, .den = den};
         uint64_t before = 0, after = 0;
         if (rl >= rh || !Fits(o, p, &before, &after)) continue;
-        std::set<std::pair<uint64_t, uint64_t>> tensors;
+        // No allocation here: this runs for every candidate fraction, under
+        // the engine's lock.
+        std::array<uint64_t, kRemembered> tensor_begins;  // distinct tensors that fit
+        size_t tensors = 0;
         uint64_t smallest = UINT64_MAX, largest = 0;
         uint64_t max_before = 0, max_after = 0;
-        std::vector<uint64_t> afters;
+        std::array<uint64_t, kRemembered> after_storage;
+        size_t fitted = 0;
         for (const SliceObservation& r : recent_) {
           uint64_t rb = 0, ra = 0;
           if (!Fits(r, p, &rb, &ra)) continue;
           max_before = std::max(max_before, rb);
           max_after = std::max(max_after, ra);
-          tensors.insert({r.tensor.begin, r.tensor.end});
+          // Tensors do not overlap: one is known by where it begins.
+          if (std::find(tensor_begins.begin(), tensor_begins.begin() + tensors, r.tensor.begin) ==
+              tensor_begins.begin() + tensors) {
+            tensor_begins[tensors++] = r.tensor.begin;
+          }
           smallest = std::min(smallest, r.tensor.size());
           largest = std::max(largest, r.tensor.size());
           p.before = std::max(p.before, rb);
-          afters.push_back(ra);
+          after_storage[fitted++] = ra;
         }
+        const std::span<uint64_t> afters(after_storage.data(), fitted);
         // Tensors of one size all read at the same place may just be the
         // kernel's readahead running on from the tensor before each; only one
         // fraction of rows explains reads of tensors of different sizes.
-        if (static_cast<int>(tensors.size()) < kMinSupport || 2 * largest < 3 * smallest) continue;
+        if (static_cast<int>(tensors) < kMinSupport || 2 * largest < 3 * smallest) continue;
         // Bytes past a slice are the kernel's asynchronous readahead, which no
         // reader waits for: the window takes the usual amount, and more, when
         // the kernel asks for it, comes as it is asked for. Bytes before a
@@ -143,9 +149,8 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
         // reader waits for it too.
         p.after = std::max(p.before, afters.empty() ? 0 : afters[afters.size() / 2]);
         const uint64_t margins = max_before + max_after;
-        if (tensors.size() > best_support ||
-            (tensors.size() == best_support && best->den == den && margins < best_margins)) {
-          best_support = tensors.size();
+        if (tensors > best_support || (tensors == best_support && best->den == den && margins < best_margins)) {
+          best_support = tensors;
           best_margins = margins;
           best = p;
         }
@@ -156,8 +161,8 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   // At least the kernel's default mmap read-around (64 KiB either side of a
   // fault) past each end, where a slice at a tensor's edge hides it (the
   // reads beyond the edge were counted as the neighbour's).
-  best->before = PageUp(std::max<uint64_t>(best->before, kReadAroundHalf));
-  best->after = PageUp(std::max<uint64_t>(best->after, kReadAroundHalf));
+  best->before = PageUp(std::max<uint64_t>(best->before, tuning_.read_around_half));
+  best->after = PageUp(std::max<uint64_t>(best->after, tuning_.read_around_half));
   std::erase_if(recent_, [&](const SliceObservation& r) {
     uint64_t rb = 0, ra = 0;
     return Fits(r, *best, &rb, &ra);

@@ -24,6 +24,7 @@
 #include <optional>
 #include <string>
 
+#include "core/engine/tuning.h"
 #include "core/util/types.h"
 
 namespace tensorfs {
@@ -48,9 +49,9 @@ struct SlicePattern {
   uint64_t before = 0;
   uint64_t after = 0;
 
-  // Dim-0 slice `rank` of `world` (-o shard=R/N), with the kernel's default
-  // read-around as margins.
-  static SlicePattern Shard(uint64_t rank, uint64_t world);
+  // Dim-0 slice `rank` of `world` (-o shard=R/N), with the kernel's
+  // read-around at `tuning`'s readahead as margins.
+  static SlicePattern Shard(uint64_t rank, uint64_t world, const Tuning& tuning = Tuning{});
 
   // The rows of `t` this pattern reads, in bytes (no margins).
   ByteRange Core(const TensorSpan& t) const;
@@ -74,6 +75,9 @@ struct SliceObservation {
 
 class SliceLearner {
  public:
+  // The kernel's read-around and the largest denominator tried come from `tuning`.
+  explicit SliceLearner(const Tuning& tuning = Tuning{}) : tuning_(tuning) {}
+
   static constexpr int kMinSupport = 3;  // agreeing tensors that make a pattern
   static constexpr size_t kRemembered = 24;
 
@@ -88,6 +92,10 @@ class SliceLearner {
   std::optional<SlicePattern> Observe(const SliceObservation& o);
 
  private:
+  // Whether rows lo/den..hi/den of `p` explain `o`, and with which margins.
+  bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const;
+
+  Tuning tuning_;
   std::deque<SliceObservation> recent_;
 };
 

@@ -104,6 +104,7 @@ nlohmann::json Metrics::ToJson() const {
                   {"resumed_bytes", load(retries.resumed_bytes)},
                   {"exhausted", load(retries.exhausted)}};
   j["reads_failed_eio"] = load(reads_failed_eio);
+  j["engine_inconsistencies"] = load(engine_inconsistencies);
   return j;
 }
 

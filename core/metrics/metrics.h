@@ -91,6 +91,9 @@ struct Metrics {
   LatencyHistogram fetch_latency;
   RetryCounters retries;                        // store requests tried again
   std::atomic<uint64_t> reads_failed_eio{0};    // kernel reads answered with EIO
+  // Reads the engine answered with EIO because its own state was inconsistent
+  // (a bug, logged once per kind): the mount keeps serving the other reads.
+  std::atomic<uint64_t> engine_inconsistencies{0};
 
   void CountError(ErrorCode code) { errors_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
 
@@ -98,7 +101,7 @@ struct Metrics {
   //  "fetch_latency": {"count", "sum_seconds", "p50", "p90", "p99", "buckets": [[le, n], ...]},
   //  "retries": {"total": n, "by_cause": {"http_503": n, "connect": n, ...}, "resumed_bytes": n,
   //              "exhausted": n},
-  //  "reads_failed_eio": n}
+  //  "reads_failed_eio": n, "engine_inconsistencies": n}
   nlohmann::json ToJson() const;
 };
 

@@ -257,7 +257,9 @@ Status Namespace::Open(NodeId id) {
   return OkStatus();
 }
 
-void Namespace::Read(NodeId id, uint64_t offset, size_t size, ReadDone done) {
+void Namespace::Release(ReaderId reader) { engine_.ReleaseReader(reader); }
+
+void Namespace::Read(NodeId id, uint64_t offset, size_t size, ReadDone done, ReaderId reader) {
   ObjectInfo object;
   std::shared_ptr<const ViewFile> view;
   {
@@ -277,7 +279,7 @@ void Namespace::Read(NodeId id, uint64_t offset, size_t size, ReadDone done) {
       done(std::move(r));
     });
   }
-  engine_.Read(object, offset, size, std::move(done));
+  engine_.Read(object, offset, size, std::move(done), ReadHints{.reader = reader});
 }
 
 Namespace::FsStats Namespace::Stats() const {

@@ -89,7 +89,10 @@ class Namespace {
   Status Open(NodeId node) EXCLUDES(mu_);
   // Reads up to `size` bytes at `offset` (fewer at the end of the file, none past
   // it). `done` is called exactly once, on any thread, maybe before Read returns.
-  void Read(NodeId node, uint64_t offset, size_t size, ReadDone done) EXCLUDES(mu_);
+  // `reader` is the open file the read is for (see ReaderId).
+  void Read(NodeId node, uint64_t offset, size_t size, ReadDone done, ReaderId reader = {}) EXCLUDES(mu_);
+  // The open file `reader` is closed.
+  void Release(ReaderId reader);
 
   struct FsStats {
     uint64_t total_bytes = 0;  // bytes of the files known so far

@@ -1,0 +1,68 @@
+#include "core/engine/read_trace.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace tensorfs {
+
+StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
+    return InvalidArgumentError("cannot write the read trace " + path + ": " + std::strerror(errno));
+  }
+  std::fputs("# tensorfs read trace 1\n", file);
+  return std::unique_ptr<ReadTrace>(new ReadTrace(file));
+}
+
+ReadTrace::~ReadTrace() { std::fclose(file_); }
+
+void ReadTrace::Record(const TracedRead& read) {
+  const std::string line = FormatTracedRead(read);
+  MutexLock lock(mu_);
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+std::string FormatTracedRead(const TracedRead& read) {
+  std::string flags = read.kernel ? "k" : "v";
+  if (read.delivered) flags += 'd';
+  if (read.within) flags += 'w';
+  return std::to_string(read.reader) + " " + std::to_string(read.offset) + " " + std::to_string(read.length) + " " +
+         flags + " " + read.object + "\n";
+}
+
+StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text) {
+  std::vector<TracedRead> reads;
+  size_t line_number = 0;
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    ++line_number;
+    if (line.empty() || line.front() == '#') continue;
+    TracedRead read;
+    auto bad = [&] { return InvalidArgumentError("read trace line " + std::to_string(line_number) + " is malformed: " +
+                                                 std::string(line)); };
+    auto number = [&](uint64_t* out) {
+      const size_t sp = line.find(' ');
+      if (sp == std::string_view::npos) return false;
+      auto [end, ec] = std::from_chars(line.data(), line.data() + sp, *out);
+      line.remove_prefix(sp + 1);
+      return ec == std::errc() && end == line.data() - 1;
+    };
+    if (!number(&read.reader) || !number(&read.offset) || !number(&read.length)) return bad();
+    const size_t sp = line.find(' ');
+    if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size()) return bad();
+    const std::string_view flags = line.substr(0, sp);
+    if (flags.front() != 'k' && flags.front() != 'v') return bad();
+    read.kernel = flags.front() == 'k';
+    read.delivered = flags.find('d') != std::string_view::npos;
+    read.within = flags.find('w') != std::string_view::npos;
+    read.object = std::string(line.substr(sp + 1));
+    reads.push_back(std::move(read));
+  }
+  return reads;
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,63 @@
+// ReadTrace: the reads a ReadEngine is asked for, recorded one a line, so that
+// a workload's kernel reads (a loader through a mount) can be replayed through
+// the engine in a test and the range requests it makes compared (see
+// tests/core/engine/trace_replay_test.cc). Enabled by EngineOptions::trace_reads
+// (the mount sets it from TENSORFS_TRACE_READS); off, it costs one branch a read.
+//
+// Format, text:
+//   # tensorfs read trace 1
+//   <reader> <offset> <length> <flags> <object name>
+// reader: ReaderId (0: none named); flags: "k" a kernel read of the file
+// (ReadHints::prefetch), "v" a read made for a view file, then "d" when the
+// bytes count as delivered, "w" when the read names a `within` range (not
+// recorded; replayed without). The object name runs to the end of the line.
+//
+// Thread-safety: Record may be called concurrently; lines are whole.
+#ifndef TENSORFS_CORE_ENGINE_READ_TRACE_H_
+#define TENSORFS_CORE_ENGINE_READ_TRACE_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/util/status.h"
+#include "core/util/thread_annotations.h"
+
+namespace tensorfs {
+
+struct TracedRead {
+  uint64_t reader = 0;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  bool kernel = true;     // "k": ReadHints::prefetch
+  bool delivered = true;  // "d"
+  bool within = false;    // "w"
+  std::string object;
+};
+
+class ReadTrace {
+ public:
+  // Opens (truncates) `path`; the message names the path when it cannot.
+  static StatusOr<std::unique_ptr<ReadTrace>> Open(const std::string& path);
+  ~ReadTrace();
+  ReadTrace(const ReadTrace&) = delete;
+  ReadTrace& operator=(const ReadTrace&) = delete;
+
+  void Record(const TracedRead& read) EXCLUDES(mu_);
+
+ private:
+  explicit ReadTrace(std::FILE* file) : file_(file) {}
+  Mutex mu_;
+  std::FILE* const file_;
+};
+
+std::string FormatTracedRead(const TracedRead& read);
+// Parses a whole trace; the message names the line that is malformed.
+StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text);
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_READ_TRACE_H_

@@ -1,0 +1,24 @@
+#include "core/engine/tuning.h"
+
+#include <algorithm>
+
+namespace tensorfs {
+
+Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead) {
+  Tuning t;
+  // A readahead the kernel does not use (0: not known) is taken as its default;
+  // below a page it reads a page.
+  t.readahead = readahead == 0 ? kDefaultReadahead : std::max(readahead, t.page);
+  const uint64_t half = std::max(t.page, (t.readahead / 2) & ~(t.page - 1));
+  t.read_around_half = half;
+  t.touch_gap = half;
+  t.coalesce_gap = half;
+  t.copy_tail_max = 8 * half;
+  t.spill_max = 8 * half;
+  t.near_window = 8 * half;
+  t.max_margin = 16 * half;
+  t.max_piece = std::min<uint64_t>(chunk_size, 4 << 20);
+  return t;
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,105 @@
+// Tuning: every constant the read engine and its slice learner go by, in one
+// place, derived where it can be from what it stands for: the kernel's
+// readahead in force on the mount (how far the kernel reads around an mmap
+// fault and ahead of a sequential reader), the chunk size, the page size.
+//
+// Most of the engine's margins are "one kernel read-around" in disguise: the
+// kernel answers a page fault with a read of `readahead` bytes centred on it,
+// and a sequential reader's readahead runs up to `readahead` past it. At the
+// kernel's default (128 KiB) these come to the values the engine was tuned
+// with (64 KiB, 512 KiB); at another readahead they follow it.
+//
+// Built once by ReadEngine from EngineOptions (Tuning::For) and never changed:
+// a value, safe to share between threads.
+#ifndef TENSORFS_CORE_ENGINE_TUNING_H_
+#define TENSORFS_CORE_ENGINE_TUNING_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tensorfs {
+
+struct Tuning {
+  // The kernel's readahead when the mount does not say (its default, 128 KiB).
+  static constexpr uint64_t kDefaultReadahead = 128 << 10;
+
+  // `readahead`: the readahead in force on the mount, in bytes; 0 when unknown.
+  static Tuning For(uint64_t chunk_size, uint64_t readahead);
+
+  // --- What the kernel does.
+  uint64_t page = 4096;
+  uint64_t readahead = kDefaultReadahead;  // in force on the mount
+  // Half the read-around of an mmap fault: bytes the kernel reads on either
+  // side of a faulting page (64 KiB at the default readahead).
+  uint64_t read_around_half = kDefaultReadahead / 2;
+
+  // --- Access model (per reader): how its reads are told apart.
+  // Reads closer than this to a touched range extend it (readahead requests
+  // arrive out of order and with holes): half a read-around.
+  uint64_t touch_gap = 64 << 10;
+  // A touched range not grown for this many of the reader's reads of the
+  // object is one the reader has left: taught to the slice learner.
+  uint64_t settle_reads = 8;
+  // Touches kept per reader and object, beyond which the oldest settle early.
+  size_t max_touches = 64;
+  // After a tensor is seen read whole, the reader's reads of unknown kind are
+  // taken as whole-tensor reads for this many of its reads.
+  uint64_t whole_memory = 4096;
+  // Tensors at least this large are judged by how a reader copies them.
+  uint64_t copy_min = 1 << 20;
+  // The most the kernel reads around the first or last page of a copy: four
+  // read-arounds (the first reads of a larger readahead come in pieces).
+  uint64_t copy_tail_max = 512 << 10;
+  // A touch this small made by a read across a tensor boundary, at the
+  // boundary, is the kernel's readahead spilling over: four read-arounds.
+  uint64_t spill_max = 512 << 10;
+  // Reads this close to a slice reader's window (its kernel reading past the
+  // slice into the next tensor) are that reader's: four read-arounds.
+  uint64_t near_window = 512 << 10;
+
+  // --- Streams (sequential readers, per reader and object).
+  size_t max_streams = 8;
+  // Jumps to new places in one object after which it is read in another order
+  // than storage order: the object is then prefetched whole.
+  int sweep_after_jumps = 3;
+  // Readahead requests arrive slightly out of order: a read this many chunks
+  // behind a stream's start still belongs to it.
+  size_t back_tolerance = 2;
+  // A stream counts as being read while it had one of the last this many
+  // stream reads, engine-wide; readers read at once share prefetch_window.
+  size_t active_reads = 64;
+  // The least a stream's share of the window is, in chunks.
+  uint64_t min_stream_window_chunks = 4;
+
+  // --- Planner: which ranges are requested.
+  // Windows of a slice pattern closer than this are one request: half a
+  // read-around.
+  uint64_t coalesce_gap = 64 << 10;
+  // An unknown reader's first request, and the least it is read ahead.
+  uint64_t first_piece = 256 << 10;
+  // Pieces holding less than 1/small_pieces of a chunk are fetched again with
+  // it when the whole chunk is wanted.
+  uint64_t small_pieces = 16;
+  // Requests for an unknown reader's run are cut at this size, so the link's
+  // connections each carry a share: min(chunk_size, 4 MiB).
+  uint64_t max_piece = 4 << 20;
+
+  // --- Slice learner.
+  // The most the kernel reads around a slice (both sides together): eight
+  // read-arounds (1 MiB at the default readahead).
+  uint64_t max_margin = 1 << 20;
+  // The largest denominator of a fraction of rows tried (hosts in a job).
+  uint64_t max_den = 1024;
+
+  // --- Bounds on the state kept.
+  // Idle objects whose state (plan, streams, pieces) is kept; past this many
+  // the least recently used are forgotten (a later read fetches the plan again).
+  size_t max_objects = 512;
+  // Readers (open files) whose state is kept; past this many (files opened
+  // and never released) the least recently used are forgotten.
+  size_t max_readers = 4096;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_TUNING_H_

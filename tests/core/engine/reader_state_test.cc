@@ -1,0 +1,206 @@
+// The read engine's state per reader (an open file) and its bounds: readers
+// interleaved on one mount each keep their own access pattern, and the state
+// kept stays bounded however many objects, generations and readers come.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "core/engine/read_engine.h"
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/controlled_store.h"
+#include "tests/support/memory_store.h"
+
+namespace tensorfs {
+namespace {
+
+using testing::ControlledStore;
+using testing::MemoryStore;
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kRead = 128 << 10;  // the kernel's read size at the default readahead
+
+// One kernel read of one reader.
+struct KernelRead {
+  ReaderId reader;
+  ByteRange range;
+};
+
+class ReaderStateTest : public ::testing::Test {
+ protected:
+  ReaderStateTest() {
+    // f32, hidden 512: tensors of 1, 3 and 8 MiB.
+    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
+                            .vocab = 4096, .dtype = Dtype::F32};
+    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
+    EXPECT_TRUE(files.ok());
+    for (auto& [name, bytes] : *files) {
+      memory_.Put(name, bytes);
+      if (name.ends_with(".safetensors")) source_ = bytes;
+    }
+    shard_ = *memory_.Stat("model.safetensors");
+  }
+
+  EngineOptions Options() const {
+    return EngineOptions{.chunk_size = 1 << 20, .cache_size = 256 << 20, .max_fetches = 4,
+                         .prefetch_window = 16 << 20, .head_size = 64 << 10};
+  }
+
+  void Read(ReadEngine& engine, const ObjectInfo& object, const std::string& source, KernelRead r) {
+    const uint64_t size = std::min(r.range.length, object.size - r.range.offset);
+    std::promise<StatusOr<ReadResult>> promise;
+    engine.Read(object, r.range.offset, size, [&](StatusOr<ReadResult> x) { promise.set_value(std::move(x)); },
+                ReadHints{.reader = r.reader});
+    StatusOr<ReadResult> result = promise.get_future().get();
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    std::string got;
+    for (auto p : result->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
+    ASSERT_EQ(got, source.substr(r.range.offset, size)) << "at " << r.range.offset;
+  }
+
+  // The kernel's reads for an mmap reader copying [begin, end) with memcpy: the
+  // read-around of the first page, of the last page, then the pages between.
+  std::vector<ByteRange> KernelReads(uint64_t begin, uint64_t end) const {
+    std::vector<ByteRange> out;
+    auto around = [&](uint64_t at) {
+      const uint64_t b = (at > kRead / 2 ? at - kRead / 2 : 0) & ~(kPage - 1);
+      out.push_back(ByteRange{b, std::min(kRead, shard_.size - b)});
+    };
+    around(begin);
+    around(end - 1);
+    for (uint64_t at = (begin + kRead / 2) & ~(kPage - 1); at < end - kRead / 2; at += kRead) {
+      out.push_back(ByteRange{at, std::min(kRead, end - kRead / 2 - at)});
+    }
+    return out;
+  }
+
+  static ByteRange Rows(const TensorSpan& t, uint64_t rank, uint64_t world) {
+    const uint64_t n = t.rows();
+    return ByteRange{t.begin + rank * n / world * t.row_bytes, ((rank + 1) * n / world - rank * n / world) * t.row_bytes};
+  }
+
+  // Whole readers copy every tensor; slice readers copy rows rank/world of
+  // every tensor; all in storage order, their kernel reads interleaved one by
+  // one. Checks that every slice reader's fraction is learned.
+  void InterleaveWholeAndSliceReaders(int whole_readers, const std::vector<uint64_t>& ranks, uint64_t world) {
+    ControlledStore store(memory_, /*hold=*/false);
+    ReadEngine engine(store, Options(), metrics_);
+    Read(engine, shard_, source_, KernelRead{ReaderId{1}, ByteRange{0, 8}});
+    const std::vector<TensorSpan> tensors = engine.PlanOf(shard_.id())->tensors();
+    std::vector<std::vector<KernelRead>> lists;
+    uint64_t next_reader = 100;
+    for (int w = 0; w < whole_readers; ++w) {
+      std::vector<KernelRead>& list = lists.emplace_back();
+      const ReaderId id{next_reader++};
+      for (const TensorSpan& t : tensors) {
+        for (const ByteRange& r : KernelReads(t.begin, t.end)) list.push_back(KernelRead{id, r});
+      }
+    }
+    for (uint64_t rank : ranks) {
+      std::vector<KernelRead>& list = lists.emplace_back();
+      const ReaderId id{next_reader++};
+      for (const TensorSpan& t : tensors) {
+        if (t.rows() < world) continue;
+        const ByteRange rows = Rows(t, rank, world);
+        for (const ByteRange& r : KernelReads(rows.offset, rows.end())) list.push_back(KernelRead{id, r});
+      }
+    }
+    for (size_t step = 0;; ++step) {
+      bool any = false;
+      for (const auto& list : lists) {
+        if (step >= list.size()) continue;
+        any = true;
+        Read(engine, shard_, source_, list[step]);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      if (!any) break;
+    }
+    const std::vector<SlicePattern> learned = engine.SlicePatterns();
+    for (uint64_t rank : ranks) {
+      const SlicePattern want{.lo_num = rank, .hi_num = rank + 1, .den = world};
+      EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) { return p.SameSlice(want); }))
+          << "rank " << rank << " of " << world << " not learned";
+    }
+  }
+
+  MemoryStore memory_;
+  std::string source_;
+  ObjectInfo shard_;
+  Metrics metrics_;
+};
+
+// Two whole-tensor readers and two slice readers of other ranks read the same
+// tensors at once: the slice readers' fractions are learned from their own
+// reads (the whole readers' reads of the same tensors used to merge into
+// theirs and teach nothing).
+TEST_F(ReaderStateTest, TwoWholeAndTwoSliceReadersInterleavedEachKeepTheirPattern) {
+  InterleaveWholeAndSliceReaders(2, {0, 2}, 4);
+}
+
+// Sixteen readers: twelve whole-tensor readers and four slice readers of
+// ranks of eight.
+TEST_F(ReaderStateTest, SixteenInterleavedReadersEachKeepTheirPattern) {
+  InterleaveWholeAndSliceReaders(12, {1, 2, 4, 6}, 8);
+}
+
+// Sixteen sequential readers of one file, each at its own place, interleaved:
+// each is one stream of its own; none is taken for a reader jumping about
+// the file (which prefetched the whole file in storage order).
+TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWholeFile) {
+  const std::string name = "data.bin";  // no tensors: every read is planned as a sequential reader's
+  memory_.Put(name, source_);
+  const ObjectInfo file = *memory_.Stat(name);
+  ControlledStore store(memory_, /*hold=*/false);
+  EngineOptions options = Options();
+  options.chunk_size = 256 << 10;
+  options.prefetch_window = 2 << 20;
+  ReadEngine engine(store, options, metrics_);
+  constexpr int kReaders = 16;
+  const uint64_t spacing = (file.size / kReaders) & ~(kPage - 1);
+  for (uint64_t at = 0; at < (1 << 20); at += kRead) {
+    for (int i = 0; i < kReaders; ++i) {
+      Read(engine, file, source_, KernelRead{ReaderId{static_cast<uint64_t>(i + 1)}, ByteRange{i * spacing + at, kRead}});
+      ASSERT_FALSE(HasFatalFailure());
+    }
+  }
+  // Wait for the prefetches to settle.
+  size_t seen = store.reads().size();
+  for (int quiet = 0; quiet < 10;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const size_t now = store.reads().size();
+    quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
+    seen = now;
+  }
+  uint64_t fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.length;
+  // Each reader read 1 MiB and is read ahead by its window (1 MiB): about
+  // 32 MiB of the 68 MiB file.
+  EXPECT_LT(fetched, file.size * 3 / 4) << "fetched " << fetched << " of " << file.size;
+}
+
+// Objects and generations read once each, by readers opened and (half of
+// them) closed: the engine's state stays within its bounds.
+TEST_F(ReaderStateTest, TenThousandObjectsAndGenerationsKeepTheStateBounded) {
+  EngineOptions options{.chunk_size = 64 << 10, .cache_size = 4 << 20, .max_fetches = 2,
+                        .prefetch_window = 256 << 10, .head_size = 16 << 10};
+  ReadEngine engine(memory_, options, metrics_);
+  const std::string bytes(8192, 'x');
+  for (uint64_t i = 0; i < 10000; ++i) {
+    // Half new objects, half new generations of one object.
+    const std::string name = i % 2 == 0 ? "objects/" + std::to_string(i) + ".bin" : "replaced.bin";
+    memory_.Put(name, bytes);
+    const ObjectInfo object = *memory_.Stat(name);
+    Read(engine, object, bytes, KernelRead{ReaderId{i + 1}, ByteRange{100, 4096}});
+    ASSERT_FALSE(HasFatalFailure());
+    if (i % 4 < 2) engine.ReleaseReader(ReaderId{i + 1});
+  }
+  const ReadEngine::StateSizes sizes = engine.Sizes();
+  EXPECT_LE(sizes.objects, 512u);
+  EXPECT_LE(sizes.readers, 4096u);
+  EXPECT_LE(sizes.pieces, 512u * 64);
+}
+
+}  // namespace
+}  // namespace tensorfs

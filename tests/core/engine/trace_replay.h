@@ -1,0 +1,120 @@
+// Replays a read trace (see core/engine/read_trace.h) through a ReadEngine over
+// a store that records its range requests, one read at a time, letting the
+// engine settle (no fetch queued or running) after each, with one fetch at a
+// time: the requests it makes are then the same on every run. Shared by
+// trace_replay_test and the engine_trace_replay tool that writes the expected
+// requests.
+#ifndef TENSORFS_TESTS_CORE_ENGINE_TRACE_REPLAY_H_
+#define TENSORFS_TESTS_CORE_ENGINE_TRACE_REPLAY_H_
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine/read_engine.h"
+#include "core/engine/read_trace.h"
+#include "tests/support/checkpoint_gen.h"
+#include "tests/support/controlled_store.h"
+#include "tests/support/memory_store.h"
+
+namespace tensorfs::testing {
+
+// The checkpoint the traces were recorded on: tensorfs-testdata --arch llama
+// --layers 4 --hidden 512 --intermediate 1536 --vocab 4096 --dtype f32 --shards 2.
+inline ModelSpec TraceCheckpointSpec() {
+  return ModelSpec{.arch = Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536, .vocab = 4096,
+                   .dtype = Dtype::F32};
+}
+inline constexpr int kTraceCheckpointShards = 2;
+
+// The engine's options as a mount has them by default, with one fetch at a time.
+inline EngineOptions TraceReplayOptions() {
+  EngineOptions options;
+  options.max_fetches = 1;
+  return options;
+}
+
+// One range request, made while read `read` (its index in the trace) or the
+// prefetches it started ran: "<read> <object> <offset> <length>".
+struct ReplayedRequest {
+  size_t read = 0;
+  std::string object;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  auto operator<=>(const ReplayedRequest&) const = default;
+  std::string ToString() const {
+    return std::to_string(read) + " " + object + " " + std::to_string(offset) + " " + std::to_string(length);
+  }
+};
+
+// Names the reader, for an engine that tells readers apart.
+template <typename Hints>
+void SetReader(Hints& hints, uint64_t reader) {
+  if constexpr (requires { hints.reader.value; }) hints.reader.value = reader;
+}
+
+// Replays `reads`; `merge_readers`: as if every read named no reader (the
+// engine before readers were told apart saw them so). Returns the requests,
+// sorted within each read; a read that fails or returns other bytes than
+// `memory` holds is returned in *error.
+inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::vector<TracedRead>& reads,
+                                                bool merge_readers, std::string* error) {
+  ControlledStore store(memory, /*hold=*/false);
+  Metrics metrics;
+  ReadEngine engine(store, TraceReplayOptions(), metrics);
+  std::vector<ReplayedRequest> out;
+  size_t seen = 0;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const TracedRead& r = reads[i];
+    StatusOr<ObjectInfo> object = memory.Stat(r.object);
+    if (!object.ok()) {
+      *error = "read " + std::to_string(i) + ": " + object.status().ToString();
+      return out;
+    }
+    ReadHints hints;
+    hints.prefetch = r.kernel;
+    hints.delivered = r.delivered;
+    if (!merge_readers) SetReader(hints, r.reader);
+    std::promise<StatusOr<ReadResult>> promise;
+    engine.Read(*object, r.offset, r.length, [&](StatusOr<ReadResult> x) { promise.set_value(std::move(x)); },
+                hints);
+    StatusOr<ReadResult> result = promise.get_future().get();
+    if (!result.ok()) {
+      *error = "read " + std::to_string(i) + ": " + result.status().ToString();
+      return out;
+    }
+    std::string expected(std::min<uint64_t>(r.length, object->size > r.offset ? object->size - r.offset : 0), '\0');
+    if (!expected.empty() &&
+        !memory.Read(object->id(), r.offset, std::as_writable_bytes(std::span(expected.data(), expected.size()))).ok()) {
+      *error = "read " + std::to_string(i) + ": the store cannot read it";
+      return out;
+    }
+    std::string got;
+    for (auto p : result->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
+    if (got != expected) {
+      *error = "read " + std::to_string(i) + " returned other bytes than the source";
+      return out;
+    }
+    for (int waited = 0; !engine.Idle(); ++waited) {
+      if (waited > 600000) {  // 60 s: a hang, not a slow machine
+        *error = "the engine did not settle after read " + std::to_string(i);
+        return out;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    const std::vector<RecordedRead> requests = store.reads();
+    const size_t begin = out.size();
+    for (; seen < requests.size(); ++seen) {
+      out.push_back(ReplayedRequest{i, requests[seen].object, requests[seen].offset, requests[seen].length});
+    }
+    std::sort(out.begin() + static_cast<std::ptrdiff_t>(begin), out.end());
+  }
+  return out;
+}
+
+}  // namespace tensorfs::testing
+
+#endif  // TENSORFS_TESTS_CORE_ENGINE_TRACE_REPLAY_H_

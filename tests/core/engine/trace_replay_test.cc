@@ -1,0 +1,127 @@
+// Replays the kernel's reads of the benchmark's loaders, recorded through a
+// mount (tests/core/engine/traces, see README.md there), through the engine,
+// and checks the range requests it makes against what the engine made before
+// its state was kept per reader (`<trace>.base`, written by that engine), and
+// against the requests it makes now (`<trace>.readers`), so a change of
+// behaviour shows as a failing test and an updated file.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/core/engine/trace_replay.h"
+
+namespace tensorfs {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kTraces = fs::path(TENSORFS_SOURCE_DIR) / "tests/core/engine/traces";
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+std::vector<std::string> Lines(const std::vector<testing::ReplayedRequest>& requests) {
+  std::vector<std::string> lines;
+  for (const auto& r : requests) lines.push_back(r.ToString());
+  return lines;
+}
+
+struct Totals {
+  uint64_t requests = 0;
+  uint64_t bytes = 0;
+};
+
+Totals TotalsOf(const std::vector<std::string>& lines) {
+  Totals t;
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string read, object;
+    uint64_t offset = 0, length = 0;
+    in >> read >> object >> offset >> length;
+    ++t.requests;
+    t.bytes += length;
+  }
+  return t;
+}
+
+std::vector<fs::path> Traces() {
+  std::vector<fs::path> traces;
+  for (const auto& entry : fs::directory_iterator(kTraces)) {
+    if (entry.path().extension() == ".trace") traces.push_back(entry.path());
+  }
+  std::sort(traces.begin(), traces.end());
+  return traces;
+}
+
+class TraceReplayTest : public ::testing::Test {
+ protected:
+  TraceReplayTest() {
+    auto files = testing::BuildCheckpointFiles(testing::TraceCheckpointSpec(),
+                                               {.num_shards = testing::kTraceCheckpointShards});
+    EXPECT_TRUE(files.ok());
+    for (auto& [name, bytes] : *files) memory_.Put(name, bytes);
+  }
+
+  std::vector<std::string> Replay(const fs::path& trace, bool merge_readers) {
+    StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(Slurp(trace));
+    EXPECT_TRUE(reads.ok()) << reads.status().ToString();
+    if (!reads.ok()) return {};
+    std::string error;
+    std::vector<std::string> lines = Lines(testing::ReplayTrace(memory_, *reads, merge_readers, &error));
+    EXPECT_EQ(error, "") << trace;
+    return lines;
+  }
+
+  testing::MemoryStore memory_;
+};
+
+TEST_F(TraceReplayTest, TracesAreThere) { EXPECT_GE(Traces().size(), 10u) << kTraces; }
+
+// The reads of all readers taken as one reader's, as the engine took them
+// before: the same requests as that engine made, request for request.
+TEST_F(TraceReplayTest, ReadsAsOneReaderMakeTheRequestsTheEngineMadeBefore) {
+  for (const fs::path& trace : Traces()) {
+    fs::path base = trace;
+    base.replace_extension(".base");
+    const std::vector<std::string> expected = Lines(Slurp(base));
+    ASSERT_FALSE(expected.empty()) << base;
+    EXPECT_EQ(Replay(trace, /*merge_readers=*/true), expected) << trace;
+  }
+}
+
+// Readers told apart: the requests recorded in `<trace>.readers` (the
+// differences from `.base` are listed and justified in traces/README.md), and
+// no more than 1% more bytes fetched than before.
+TEST_F(TraceReplayTest, ReadersToldApartMakeTheirRecordedRequestsAndFetchAtMostOnePercentMore) {
+  for (const fs::path& trace : Traces()) {
+    fs::path base = trace, readers = trace;
+    base.replace_extension(".base");
+    readers.replace_extension(".readers");
+    const std::vector<std::string> got = Replay(trace, /*merge_readers=*/false);
+    EXPECT_EQ(got, Lines(Slurp(readers))) << trace;
+    // A reader's first read of a file it newly opened is no longer taken for
+    // a whole-tensor reader's because another file's reader was one: at most
+    // that read's bytes come twice (traces/README.md).
+    const Totals now = TotalsOf(got), before = TotalsOf(Lines(Slurp(base)));
+    EXPECT_LE(now.bytes, before.bytes + before.bytes / 100) << trace;
+  }
+}
+
+}  // namespace
+}  // namespace tensorfs

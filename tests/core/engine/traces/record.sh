@@ -1,0 +1,42 @@
+#!/bin/bash
+# Records the kernel's reads of the benchmark's loaders (bench/loader.py) as
+# read traces: each workload on a fresh mount of the trace checkpoint (a local
+# directory; the engine's decisions do not depend on the source), with
+# TENSORFS_TRACE_READS set, at the kernel's default readahead.
+#
+#   tests/core/engine/traces/record.sh BUILD_DIR
+#
+# Then write the expected requests (README.md says how).
+set -euo pipefail
+build=$(realpath "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+loader=$(cd "$here/../../../.." && pwd)/bench/loader.py
+work=$(mktemp -d /tmp/tensorfs-traces-XXXXXX)
+trap 'fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
+"$build/tests/support/tensorfs-testdata" --arch llama --layers 4 --hidden 512 --intermediate 1536 --vocab 4096 \
+  --dtype f32 --shards 2 --out "$work/src" > /dev/null
+mkdir -p "$work/mnt"
+shards=(model-00001-of-00002.safetensors model-00002-of-00002.safetensors)
+
+# record NAME COMMAND...: mounts, runs COMMAND (with $M the mount point), unmounts.
+record() {
+  local name=$1; shift
+  TENSORFS_TRACE_READS="$here/$name.trace" "$build/fs/tensorfs" "$work/src" "$work/mnt" -f > "$work/log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.1; done
+  M="$work/mnt" bash -c "$*" > /dev/null
+  fusermount3 -u "$work/mnt"
+  wait $pid
+  echo "$name: $(grep -vc '^#' "$here/$name.trace") reads"
+}
+files() { local out=""; for s in "$@"; do out+=" \$M/$s"; done; echo "$out"; }
+
+record w1_load "$loader load $(files "${shards[@]}")"
+record w2_load_shuffled "$loader load --order random --seed 1 $(files "${shards[@]}")"
+record w3_two_processes "$loader load $(files "${shards[0]}") & $loader load $(files "${shards[1]}"); wait"
+record w5_headers "$loader headers \$M"
+for rank in 0 1 2 3; do
+  record "w8_slice_storage_r${rank}of4" "$loader slice --rank $rank --world 4 $(files "${shards[@]}")"
+done
+record w8_slice_shuffled_r1of4 "$loader slice --rank 1 --world 4 --order random --seed 1 $(files "${shards[@]}")"
+record w9_columns_r1of4 "$loader slice --rank 1 --world 4 --dim 1 $(files "${shards[@]}")"

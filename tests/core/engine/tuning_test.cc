@@ -1,0 +1,44 @@
+// Tuning: the margins that stand for one kernel read-around follow the
+// readahead in force, and at the kernel's default are the engine's old values.
+#include "core/engine/tuning.h"
+
+#include <gtest/gtest.h>
+
+#include "core/engine/slice_pattern.h"
+
+namespace tensorfs {
+namespace {
+
+TEST(TuningTest, UnknownReadaheadIsTheKernelDefaultAndGivesTheTunedValues) {
+  const Tuning t = Tuning::For(8 << 20, 0);
+  EXPECT_EQ(t.readahead, 128u << 10);
+  EXPECT_EQ(t.read_around_half, 64u << 10);
+  EXPECT_EQ(t.touch_gap, 64u << 10);
+  EXPECT_EQ(t.coalesce_gap, 64u << 10);
+  EXPECT_EQ(t.copy_tail_max, 512u << 10);
+  EXPECT_EQ(t.spill_max, 512u << 10);
+  EXPECT_EQ(t.near_window, 512u << 10);
+  EXPECT_EQ(t.max_margin, 1u << 20);
+  EXPECT_EQ(t.max_piece, 4u << 20);
+}
+
+TEST(TuningTest, ReadAroundMarginsFollowTheReadaheadInForce) {
+  const Tuning t = Tuning::For(8 << 20, 1 << 20);
+  EXPECT_EQ(t.read_around_half, 512u << 10);
+  EXPECT_EQ(t.touch_gap, 512u << 10);
+  EXPECT_EQ(t.near_window, 4u << 20);
+  EXPECT_EQ(t.max_margin, 8u << 20);
+  const SlicePattern shard = SlicePattern::Shard(1, 4, t);
+  EXPECT_EQ(shard.before, 512u << 10);
+  EXPECT_EQ(shard.after, 1u << 20);
+}
+
+TEST(TuningTest, ReadaheadBelowAPageIsAPage) {
+  const Tuning t = Tuning::For(64 << 10, 100);
+  EXPECT_EQ(t.readahead, 4096u);
+  EXPECT_EQ(t.read_around_half, 4096u);
+  EXPECT_EQ(t.max_piece, 64u << 10);
+}
+
+}  // namespace
+}  // namespace tensorfs
