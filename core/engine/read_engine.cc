@@ -274,11 +274,21 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, ByteRange range, const
   const uint64_t now = ++read_clock_;
   ++state.clock;
 
-  // Record the touch of every tensor the read overlaps.
+  // Record the touch of every tensor the read overlaps, [first, end_k). Of a
+  // read across more than kMaxTouches tensors (a header of thousands of tiny
+  // tensors), only the first and last kMaxTouches / 2: each costs passes over
+  // the touches, and those in between are read whole by this one read.
   bool last_page = false;
   bool whole_end = false;
   const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
-  for (size_t k = static_cast<size_t>(first); k < tensors.size() && tensors[k].begin < range.end(); ++k) {
+  const size_t end_k = static_cast<size_t>(
+      std::lower_bound(tensors.begin() + first, tensors.end(), range.end(),
+                       [](const TensorSpan& t, uint64_t end) { return t.begin < end; }) -
+      tensors.begin());
+  for (size_t k = static_cast<size_t>(first); k < end_k; ++k) {
+    if (end_k - static_cast<size_t>(first) > kMaxTouches && k == static_cast<size_t>(first) + kMaxTouches / 2) {
+      k = end_k - kMaxTouches / 2;
+    }
     const TensorSpan& t = tensors[k];
     const uint64_t begin = std::max(range.offset, t.begin);
     const uint64_t end = std::min(range.end(), t.end);
