@@ -4,6 +4,9 @@
 // model with 111 blocks (1002 tensors, a ~100 KiB header), as a large real
 // checkpoint's shard has.
 //
+// And headers far larger than any real shard's (see "Large headers" below):
+// parse time per tensor as the count grows, and peak memory for 100 MB headers.
+//
 // And the per-byte work of the transformed views: quantizing (NF4, 8-bit
 // blockwise, int8 rows) and casting. Each decodes source bytes into a float
 // scratch buffer a chunk at a time and transforms it, as a read does;
@@ -24,6 +27,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <malloc.h>
 #include <random>
 #include <sys/mman.h>
 #include <span>
@@ -101,6 +105,137 @@ void BM_GroupLayers(benchmark::State& state) {
   state.counters["tensors"] = static_cast<double>(in.tensor_names.size());
 }
 BENCHMARK(BM_GroupLayers)->Arg(0)->Arg(1)->ArgName("override_regex")->Unit(benchmark::kMicrosecond);
+
+// ---- Large headers ----
+//
+// Headers far larger than a real shard's, as a careless or hostile file holds
+// them: the parser must stay linear in the header's size and bounded in
+// memory. BM_ParseManyTensors parses headers of N one-byte U8 tensors (the
+// 400,000-tensor one is 30 MB); tensors_per_second should not fall as N grows.
+// BM_HugeHeaderMemory parses 100 MB headers of four shapes and reports the
+// parse's peak resident memory beyond the header's own bytes, as a multiple
+// of the header's size (peak_over_header; the target is under 4).
+
+// The JSON of `count` tensors shaped as the files of the mount test:
+// {"model.layers.<i>.weight":{"dtype":"U8","shape":[1],"data_offsets":[i,i+1]},...}.
+std::string ManyTensorJson(size_t count, size_t name_padding = 0) {
+  std::string json = "{";
+  json.reserve(count * (90 + name_padding));
+  const std::string padding(name_padding, 'x');
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) json += ',';
+    json += "\"model.layers.";
+    json += padding;
+    json += std::to_string(i) + ".weight\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[" +
+            std::to_string(i) + "," + std::to_string(i + 1) + "]}";
+  }
+  json += '}';
+  return json;
+}
+
+void BM_ParseManyTensors(benchmark::State& state) {
+  const size_t count = static_cast<size_t>(state.range(0));
+  const std::string json = ManyTensorJson(count);
+  const uint64_t file_size = kHeaderLengthBytes + json.size() + count;
+  for (auto _ : state) {
+    StatusOr<SafetensorsHeader> header = ParseHeader("many.safetensors", std::as_bytes(std::span(json)), file_size);
+    if (!header.ok()) state.SkipWithError(header.status().ToString().c_str());
+    benchmark::DoNotOptimize(header);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * json.size()));
+  state.counters["tensors"] = static_cast<double>(count);
+  state.counters["header_MB"] = static_cast<double>(json.size()) / 1e6;
+  state.counters["tensors_per_second"] =
+      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ParseManyTensors)->Arg(1'000)->Arg(100'000)->Arg(400'000)->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()->UseRealTime();
+
+// A field of /proc/self/status in bytes ("VmHWM", "VmRSS"), or -1.
+int64_t ProcStatusBytes(const char* field) {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t kib = -1;
+  const size_t len = std::strlen(field);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, field, len) == 0 && line[len] == ':') kib = std::atoll(line + len + 1);
+  }
+  std::fclose(f);
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+// Makes VmHWM start again from the current resident size.
+bool ResetPeakRss() {
+  FILE* f = std::fopen("/proc/self/clear_refs", "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fputs("5", f) >= 0;
+  return std::fclose(f) == 0 && ok;
+}
+
+constexpr size_t kHugeHeaderBytes = 100'000'000;
+
+// A header of about kHugeHeaderBytes, padded with spaces to exactly that.
+std::string HugeHeader(int shape) {
+  std::string json;
+  switch (shape) {
+    case 0: {  // as many tensors as the limit allows, with names long enough to fill 100 MB
+      const size_t plain = ManyTensorJson(kMaxTensorsPerHeader).size();
+      json = ManyTensorJson(kMaxTensorsPerHeader, (kHugeHeaderBytes - plain) / kMaxTensorsPerHeader);
+      break;
+    }
+    case 1: {  // one shape of 50 M dimensions
+      json = R"({"w":{"dtype":"U8","shape":[1)";
+      while (json.size() < kHugeHeaderBytes - 64) json += ",1";
+      json += R"(],"data_offsets":[0,1]}})";
+      break;
+    }
+    case 2: {  // metadata of one 99 MB value
+      json = R"({"__metadata__":{"k":")" + std::string(kHugeHeaderBytes - 64, 'v') + "\"}}";
+      break;
+    }
+    case 3: {  // one tensor with an unknown key holding 100 MB of numbers
+      json = R"({"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":[1)";
+      while (json.size() < kHugeHeaderBytes - 64) json += ",1234567";
+      json += "]}}";
+      break;
+    }
+  }
+  if (json.size() < kHugeHeaderBytes) json.append(kHugeHeaderBytes - json.size(), ' ');
+  return json;
+}
+
+// range(0): 0 tensors at the limit, 1 a 50 M-dimension shape, 2 huge
+// metadata, 3 a huge unknown value.
+void BM_HugeHeaderMemory(benchmark::State& state) {
+  const std::string json = HugeHeader(static_cast<int>(state.range(0)));
+  // Shape 0 holds kMaxTensorsPerHeader one-byte tensors; the others one.
+  const uint64_t file_size = kHeaderLengthBytes + json.size() + (state.range(0) == 0 ? kMaxTensorsPerHeader : 1);
+  double peak_over_header = 0;
+  bool parsed = false;
+  for (auto _ : state) {
+    ::malloc_trim(0);
+    const int64_t before = ProcStatusBytes("VmRSS");
+    if (!ResetPeakRss() || before < 0) {
+      state.SkipWithError("cannot reset the peak resident size (/proc/self/clear_refs)");
+      return;
+    }
+    {
+      StatusOr<SafetensorsHeader> header =
+          ParseHeader("huge.safetensors", std::as_bytes(std::span(json)), file_size);
+      parsed = header.ok();
+      if (!parsed) state.SetLabel(header.status().message().substr(0, 90));
+      benchmark::DoNotOptimize(header);
+    }
+    const int64_t peak = ProcStatusBytes("VmHWM");
+    peak_over_header = std::max(peak_over_header, static_cast<double>(peak - before) / json.size());
+  }
+  state.counters["header_MB"] = static_cast<double>(json.size()) / 1e6;
+  state.counters["parsed"] = parsed ? 1 : 0;
+  state.counters["peak_over_header"] = peak_over_header;
+}
+BENCHMARK(BM_HugeHeaderMemory)->DenseRange(0, 3)->ArgName("shape")->Iterations(1)->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 
 // ---- View transforms ----

@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang git ca-certificates
+  libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for clang (packaging/run-fuzz.sh)
   libfuse3-dev fuse3
   libcurl4-openssl-dev libssl-dev openssl curl
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev

@@ -77,6 +77,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 CXX=clang++ configure_and_build build/tsa -DCMAKE_BUILD_TYPE=Debug -DTENSORFS_THREAD_SAFETY=ON \
   -DTENSORFS_BUILD_BENCH=OFF
 run_ctest build/tsa -LE mount
+JOBS="$JOBS" bash packaging/run-fuzz.sh  # every fuzz target for FUZZ_SECONDS (20) each; fails on a crash
 
 echo
 summary

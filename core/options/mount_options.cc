@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/options/memory_limit.h"
+#include "core/safetensors/layers.h"
 
 namespace tensorfs {
 namespace {
@@ -85,6 +86,7 @@ const std::array kOptions = {
                "whole match) names the layer (default: built-in rules for Llama, GPT-2, T5 and alike)",
                [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a regular expression");
+                 RETURN_IF_ERROR(CheckLayerRegex(v));
                  try {
                    std::regex re{std::string(v)};
                  } catch (const std::regex_error& e) {

@@ -13,9 +13,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// serde_json, which the reference uses, refuses JSON nested deeper than this.
-constexpr int kMaxJsonDepth = 128;
-
 Status FileError(std::string_view file, std::string_view what) {
   return CorruptError(std::string(file) + ": " + std::string(what));
 }
@@ -30,23 +27,6 @@ std::string RangeText(uint64_t begin, uint64_t end) {
 }
 
 std::string OffsetsText(uint64_t begin, uint64_t end) { return "data_offsets " + RangeText(begin, end); }
-
-// "a string", "an array", ... for messages about a JSON value of the wrong type.
-std::string Describe(const Json& j) {
-  switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::object: return "an object";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-    case Json::value_t::number_float: return "the number " + j.dump();
-    case Json::value_t::binary: return "binary data";
-    case Json::value_t::discarded: return "nothing";
-  }
-  return "an unknown JSON value";
-}
 
 // Offset of the first byte that does not belong to a well-formed UTF-8
 // sequence (RFC 3629: no overlong forms, no surrogates, nothing above
@@ -88,124 +68,396 @@ std::optional<size_t> FindInvalidUtf8(std::span<const std::byte> s) {
   return std::nullopt;
 }
 
-// Thrown from the parser callback to stop parsing; caught in ParseJson.
-struct JsonAbort {
-  std::string message;
+// One JSON scalar as the SAX parser reports it; Describe() words it for a
+// message only when one is needed.
+struct Scalar {
+  enum Kind { kNull, kBoolean, kInteger, kUnsigned, kFloat, kString } kind = kNull;
+  int64_t integer = 0;
+  uint64_t unsigned_value = 0;
+  std::string* text = nullptr;  // kString: the value (may be moved from); kFloat: the number as written
+
+  std::string Describe() const {
+    switch (kind) {
+      case kNull: return "null";
+      case kBoolean: return "a boolean";
+      case kInteger: return "the number " + std::to_string(integer);
+      case kUnsigned: return "the number " + std::to_string(unsigned_value);
+      case kFloat: return "the number " + *text;
+      case kString: return "a string";
+    }
+    return "an unknown JSON value";
+  }
 };
 
-// Parses the header JSON, rejecting duplicate keys at the top level and within
-// entries (which readers would resolve differently) and excessive nesting.
-StatusOr<Json> ParseJson(std::string_view file, std::string_view text) {
-  std::set<std::string> top_keys;
-  std::set<std::string> entry_keys;
-  std::string current_entry;
-  auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) {
-      if (depth >= kMaxJsonDepth) {
-        throw JsonAbort{"header nests JSON deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
-      }
-      if (depth == 1) entry_keys.clear();
-    } else if (event == Json::parse_event_t::key) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (depth == 1) {
-        if (!top_keys.insert(key).second) {
-          throw JsonAbort{key == kMetadataKey ? "header has \"__metadata__\" twice"
-                                              : "header has tensor '" + key + "' twice"};
-        }
-        current_entry = key;
-      } else if (depth == 2 && !entry_keys.insert(key).second) {
-        throw JsonAbort{(current_entry == kMetadataKey ? std::string("__metadata__")
-                                                       : "tensor '" + current_entry + "'") +
-                        " has key \"" + key + "\" twice"};
-      }
-    }
-    return true;
-  };
-  try {
-    return Json::parse(text.begin(), text.end(), callback);
-  } catch (const JsonAbort& e) {
-    return FileError(file, e.message);
-  } catch (const Json::exception& e) {
+std::string DescribeStructure(bool object) { return object ? "an object" : "an array"; }
+
+// Builds the tensor table while nlohmann's SAX parser reads the header, so
+// that parsing takes time linear in the header's size and keeps nothing but
+// the table: values the table does not need are skipped as they stream past,
+// and every limit is checked the moment it is crossed. The first problem
+// stops the parser; error() says what it was.
+//
+// The header is {"name": entry, ..., "__metadata__": {"key": "value", ...}}
+// with entry {"dtype": "F32", "shape": [d0, ...], "data_offsets": [b, e]};
+// entries may carry other keys, whose values are skipped. A value of the
+// wrong type is skipped too before it is reported, so that the depth limit
+// speaks first about a deeply nested one.
+class HeaderHandler {
+ public:
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  HeaderHandler(std::string_view file, SafetensorsHeader& out) : file_(file), out_(out) {}
+
+  const Status& error() const { return error_; }
+  bool done() const { return where_ == Where::kDone; }
+
+  // ---- nlohmann::json_sax interface ----
+  bool null() { return OnScalar(Scalar{.kind = Scalar::kNull}); }
+  bool boolean(bool) { return OnScalar(Scalar{.kind = Scalar::kBoolean}); }
+  bool number_integer(number_integer_t v) { return OnScalar(Scalar{.kind = Scalar::kInteger, .integer = v}); }
+  bool number_unsigned(number_unsigned_t v) {
+    return OnScalar(Scalar{.kind = Scalar::kUnsigned, .unsigned_value = v});
+  }
+  bool number_float(number_float_t, const string_t& raw) {
+    std::string text = raw;
+    return OnScalar(Scalar{.kind = Scalar::kFloat, .text = &text});
+  }
+  bool string(string_t& v) { return OnScalar(Scalar{.kind = Scalar::kString, .text = &v}); }
+  bool binary(binary_t&) { return Fail(FileError(file_, "header holds binary data, which JSON text cannot")); }
+  bool start_object(std::size_t) { return OnStart(true); }
+  bool start_array(std::size_t) { return OnStart(false); }
+  bool end_object() { return OnEnd(); }
+  bool end_array() { return OnEnd(); }
+  bool key(string_t& k) { return OnKey(k); }
+  bool parse_error(std::size_t, const std::string&, const Json::exception& e) {
     std::string what = e.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " tag.
     if (size_t close = what.find("] "); what.starts_with("[json.exception") && close != std::string::npos) {
       what = what.substr(close + 2);
     }
-    return FileError(file, "header is not valid JSON: " + what);
+    return Fail(FileError(file_, "header is not valid JSON: " + what));
   }
-}
 
-Status ParseEntry(std::string_view file, const std::string& name, const Json& entry,
-                  TensorInfo& out) {
-  out.name = name;
-  if (!entry.is_object()) {
-    return TensorError(file, name,
-                       "entry must be an object with \"dtype\", \"shape\" and \"data_offsets\", "
-                       "found " + Describe(entry));
-  }
-  auto dtype_it = entry.find("dtype");
-  if (dtype_it == entry.end()) return TensorError(file, name, "missing \"dtype\"");
-  if (!dtype_it->is_string()) {
-    return TensorError(file, name, "\"dtype\" must be a string such as \"BF16\", found " +
-                                       Describe(*dtype_it));
-  }
-  const std::string& dtype_name = dtype_it->get_ref<const std::string&>();
-  std::optional<Dtype> dtype = ParseDtype(dtype_name);
-  if (!dtype) {
-    std::string known;
-    for (Dtype d : AllDtypes()) known += (known.empty() ? "" : ", ") + std::string(DtypeName(d));
-    return TensorError(file, name, "unknown dtype \"" + dtype_name + "\" (known: " + known + ")");
-  }
-  out.dtype = *dtype;
+ private:
+  // Where the parser is: what the next event means.
+  enum class Where {
+    kRoot,                // before the top-level value
+    kTop,                 // in the top-level object, before a key
+    kMetadataValue,       // after "__metadata__":
+    kMetadata,            // in "__metadata__", before a key
+    kMetadataEntryValue,  // after a key of "__metadata__"
+    kEntryValue,          // after a tensor name
+    kEntry,               // in a tensor's entry, before a key
+    kDtypeValue,          // after "dtype":
+    kShapeValue,          // after "shape":
+    kOffsetsValue,        // after "data_offsets":
+    kOtherValue,          // after any other key of an entry
+    kShape,               // in the shape array
+    kOffsets,             // in the data_offsets array
+    kDone,                // after the top-level object
+  };
 
-  auto shape_it = entry.find("shape");
-  if (shape_it == entry.end()) return TensorError(file, name, "missing \"shape\"");
-  if (!shape_it->is_array()) {
-    return TensorError(file, name, "\"shape\" must be an array of non-negative integers, found " +
-                                       Describe(*shape_it));
+  bool Fail(Status status) {
+    error_ = std::move(status);
+    return false;
   }
-  out.shape.clear();
-  out.shape.reserve(shape_it->size());
-  for (size_t i = 0; i < shape_it->size(); ++i) {
-    const Json& dim = (*shape_it)[i];
-    if (!dim.is_number_unsigned()) {
-      return TensorError(file, name, "shape " + shape_it->dump() + " has " + Describe(dim) +
-                                         " at position " + std::to_string(i) +
-                                         "; dimensions must be non-negative integers");
+
+  Status EntryError(std::string_view what) const { return TensorError(file_, entry_.name, what); }
+
+  std::string EntryShape(const std::string& found) const {
+    return "entry must be an object with \"dtype\", \"shape\" and \"data_offsets\", found " + found;
+  }
+  std::string DtypeShape(const std::string& found) const {
+    return "\"dtype\" must be a string such as \"BF16\", found " + found;
+  }
+  std::string ShapeShape(const std::string& found) const {
+    return "\"shape\" must be an array of non-negative integers, found " + found;
+  }
+  std::string OffsetsShape(const std::string& found) const {
+    return "\"data_offsets\" must be [begin, end] with non-negative integers, found " + found;
+  }
+  std::string DimensionError(const std::string& found) const {
+    return "shape has " + found + " at position " + std::to_string(entry_.shape.size()) +
+           "; dimensions must be non-negative integers";
+  }
+  std::string MetadataValueError(const std::string& found) const {
+    return "\"__metadata__\" key '" + metadata_key_ + "' has " + found +
+           " as its value; metadata values must be strings";
+  }
+  Status TopLevelError(const std::string& found) const {
+    return FileError(file_, "header must be a JSON object mapping tensor names to entries, found " + found);
+  }
+  Status MetadataTypeError(const std::string& found) const {
+    return FileError(file_, "\"__metadata__\" must be an object of string to string, found " + found);
+  }
+
+  // Skips the structured value that just started, then fails with `status`
+  // (or, when it is OK, goes back to the entry the value belongs to).
+  bool Skip(Status status) {
+    skip_depth_ = 1;
+    after_skip_ = std::move(status);
+    return true;
+  }
+
+  bool OnScalar(const Scalar& v) {
+    if (skip_depth_ > 0) return true;
+    switch (where_) {
+      case Where::kRoot:
+        return Fail(TopLevelError(v.Describe()));
+      case Where::kMetadataValue:
+        if (v.kind != Scalar::kNull) return Fail(MetadataTypeError(v.Describe()));
+        where_ = Where::kTop;  // the reference reads null as "no metadata"
+        return true;
+      case Where::kMetadataEntryValue:
+        if (v.kind != Scalar::kString) return Fail(FileError(file_, MetadataValueError(v.Describe())));
+        metadata_bytes_ += v.text->size();
+        if (metadata_bytes_ > kMaxMetadataBytes) return Fail(MetadataBytesError());
+        out_.metadata.emplace(std::move(metadata_key_), std::move(*v.text));
+        where_ = Where::kMetadata;
+        return true;
+      case Where::kEntryValue:
+        return Fail(EntryError(EntryShape(v.Describe())));
+      case Where::kDtypeValue: {
+        if (v.kind != Scalar::kString) return Fail(EntryError(DtypeShape(v.Describe())));
+        std::optional<Dtype> dtype = ParseDtype(*v.text);
+        if (!dtype) {
+          std::string known;
+          for (Dtype d : AllDtypes()) known += (known.empty() ? "" : ", ") + std::string(DtypeName(d));
+          return Fail(EntryError("unknown dtype \"" + *v.text + "\" (known: " + known + ")"));
+        }
+        entry_.dtype = *dtype;
+        where_ = Where::kEntry;
+        return true;
+      }
+      case Where::kShapeValue:
+        return Fail(EntryError(ShapeShape(v.Describe())));
+      case Where::kOffsetsValue:
+        return Fail(EntryError(OffsetsShape(v.Describe())));
+      case Where::kOtherValue:
+        where_ = Where::kEntry;
+        return true;
+      case Where::kShape:
+        if (v.kind != Scalar::kUnsigned) return Fail(EntryError(DimensionError(v.Describe())));
+        if (entry_.shape.size() >= kMaxShapeDims) {
+          return Fail(EntryError("shape has more than " + std::to_string(kMaxShapeDims) +
+                                 " dimensions, over the limit of " + std::to_string(kMaxShapeDims) +
+                                 " dimensions per shape"));
+        }
+        entry_.shape.push_back(v.unsigned_value);
+        return true;
+      case Where::kOffsets:
+        if (v.kind != Scalar::kUnsigned) {
+          return Fail(EntryError(OffsetsShape("an array with " + v.Describe() + " at position " +
+                                              std::to_string(offsets_seen_))));
+        }
+        if (offsets_seen_ >= 2) return Fail(EntryError(OffsetsShape("an array of more than 2 values")));
+        (offsets_seen_ == 0 ? entry_.begin : entry_.end) = v.unsigned_value;
+        ++offsets_seen_;
+        return true;
+      case Where::kTop:
+      case Where::kMetadata:
+      case Where::kEntry:
+      case Where::kDone:
+        break;
     }
-    out.shape.push_back(dim.get<uint64_t>());
+    return Fail(InternalError("safetensors header parser: a value where a key was due"));
   }
 
-  auto offsets_it = entry.find("data_offsets");
-  if (offsets_it == entry.end()) return TensorError(file, name, "missing \"data_offsets\"");
-  if (!offsets_it->is_array() || offsets_it->size() != 2 || !(*offsets_it)[0].is_number_unsigned() ||
-      !(*offsets_it)[1].is_number_unsigned()) {
-    return TensorError(file, name,
-                       "\"data_offsets\" must be [begin, end] with non-negative integers, found " +
-                           offsets_it->dump());
-  }
-  out.begin = (*offsets_it)[0].get<uint64_t>();
-  out.end = (*offsets_it)[1].get<uint64_t>();
-  if (out.end < out.begin) {
-    return TensorError(file, name, OffsetsText(out.begin, out.end) + " end before they begin");
-  }
-  return OkStatus();
-}
-
-Status ParseMetadata(std::string_view file, const Json& j, std::map<std::string, std::string>& out) {
-  if (j.is_null()) return OkStatus();  // the reference reads null as "no metadata"
-  if (!j.is_object()) {
-    return FileError(file, "\"__metadata__\" must be an object of string to string, found " +
-                               Describe(j));
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (!value.is_string()) {
-      return FileError(file, "\"__metadata__\" key '" + key + "' has " + Describe(value) +
-                                 " as its value; metadata values must be strings");
+  bool OnStart(bool object) {
+    if (depth_ >= kMaxHeaderJsonDepth) {
+      return Fail(FileError(file_, "header nests JSON deeper than " + std::to_string(kMaxHeaderJsonDepth) +
+                                       " levels"));
     }
-    out.emplace(key, value.get<std::string>());
+    ++depth_;
+    if (skip_depth_ > 0) {
+      ++skip_depth_;
+      return true;
+    }
+    const std::string found = DescribeStructure(object);
+    switch (where_) {
+      case Where::kRoot:
+        if (!object) return Skip(TopLevelError(found));
+        where_ = Where::kTop;
+        return true;
+      case Where::kMetadataValue:
+        if (!object) return Skip(MetadataTypeError(found));
+        where_ = Where::kMetadata;
+        return true;
+      case Where::kMetadataEntryValue:
+        return Skip(FileError(file_, MetadataValueError(found)));
+      case Where::kEntryValue:
+        if (!object) return Skip(EntryError(EntryShape(found)));
+        where_ = Where::kEntry;
+        return true;
+      case Where::kDtypeValue:
+        return Skip(EntryError(DtypeShape(found)));
+      case Where::kShapeValue:
+        if (object) return Skip(EntryError(ShapeShape(found)));
+        entry_.shape.clear();
+        where_ = Where::kShape;
+        return true;
+      case Where::kOffsetsValue:
+        if (object) return Skip(EntryError(OffsetsShape(found)));
+        offsets_seen_ = 0;
+        where_ = Where::kOffsets;
+        return true;
+      case Where::kOtherValue:
+        return Skip(OkStatus());
+      case Where::kShape:
+        return Skip(EntryError(DimensionError(found)));
+      case Where::kOffsets:
+        return Skip(EntryError(OffsetsShape("an array with " + found + " at position " +
+                                            std::to_string(offsets_seen_))));
+      case Where::kTop:
+      case Where::kMetadata:
+      case Where::kEntry:
+      case Where::kDone:
+        break;
+    }
+    return Fail(InternalError("safetensors header parser: a value where a key was due"));
   }
-  return OkStatus();
+
+  bool OnEnd() {
+    --depth_;
+    if (skip_depth_ > 0) {
+      if (--skip_depth_ > 0) return true;
+      if (!after_skip_.ok()) return Fail(std::move(after_skip_));
+      where_ = Where::kEntry;  // only the values of unknown entry keys are skipped without error
+      return true;
+    }
+    switch (where_) {
+      case Where::kTop:
+        where_ = Where::kDone;
+        return true;
+      case Where::kMetadata:
+        where_ = Where::kTop;
+        return true;
+      case Where::kEntry:
+        return FinishEntry();
+      case Where::kShape:
+        where_ = Where::kEntry;
+        return true;
+      case Where::kOffsets:
+        if (offsets_seen_ != 2) {
+          return Fail(EntryError(OffsetsShape("an array of " + std::to_string(offsets_seen_) +
+                                              (offsets_seen_ == 1 ? " value" : " values"))));
+        }
+        where_ = Where::kEntry;
+        return true;
+      default:
+        break;
+    }
+    return Fail(InternalError("safetensors header parser: the end of a value that did not start"));
+  }
+
+  bool OnKey(string_t& k) {
+    if (skip_depth_ > 0) return true;
+    switch (where_) {
+      case Where::kTop:
+        if (k == kMetadataKey) {
+          if (seen_metadata_) return Fail(FileError(file_, "header has \"__metadata__\" twice"));
+          seen_metadata_ = true;
+          where_ = Where::kMetadataValue;
+          return true;
+        }
+        if (out_.tensors.size() >= kMaxTensorsPerHeader) {
+          return Fail(FileError(file_, "header has more than " + std::to_string(kMaxTensorsPerHeader) +
+                                           " tensors, over the limit of " +
+                                           std::to_string(kMaxTensorsPerHeader) + " tensors per file"));
+        }
+        entry_ = TensorInfo{.name = std::move(k)};
+        entry_keys_ = 0;
+        other_keys_.clear();
+        where_ = Where::kEntryValue;
+        return true;
+      case Where::kMetadata:
+        if (out_.metadata.size() >= kMaxMetadataEntries) {
+          return Fail(FileError(file_, "\"__metadata__\" has more than " + std::to_string(kMaxMetadataEntries) +
+                                           " entries, over the limit of " +
+                                           std::to_string(kMaxMetadataEntries) + " entries per file"));
+        }
+        if (out_.metadata.contains(k)) {
+          return Fail(FileError(file_, "__metadata__ has key \"" + k + "\" twice"));
+        }
+        metadata_bytes_ += k.size();
+        if (metadata_bytes_ > kMaxMetadataBytes) return Fail(MetadataBytesError());
+        metadata_key_ = std::move(k);
+        where_ = Where::kMetadataEntryValue;
+        return true;
+      case Where::kEntry: {
+        unsigned bit = 0;
+        if (k == "dtype") {
+          bit = 1;
+          where_ = Where::kDtypeValue;
+        } else if (k == "shape") {
+          bit = 2;
+          where_ = Where::kShapeValue;
+        } else if (k == "data_offsets") {
+          bit = 4;
+          where_ = Where::kOffsetsValue;
+        } else {
+          where_ = Where::kOtherValue;
+        }
+        const bool repeated = bit != 0 ? (entry_keys_ & bit) != 0 : !other_keys_.insert(k).second;
+        if (repeated) return Fail(EntryError("has key \"" + k + "\" twice"));
+        entry_keys_ |= bit;
+        return true;
+      }
+      default:
+        break;
+    }
+    return Fail(InternalError("safetensors header parser: a key outside an object"));
+  }
+
+  bool FinishEntry() {
+    if ((entry_keys_ & 1) == 0) return Fail(EntryError("missing \"dtype\""));
+    if ((entry_keys_ & 2) == 0) return Fail(EntryError("missing \"shape\""));
+    if ((entry_keys_ & 4) == 0) return Fail(EntryError("missing \"data_offsets\""));
+    if (entry_.end < entry_.begin) {
+      return Fail(EntryError(OffsetsText(entry_.begin, entry_.end) + " end before they begin"));
+    }
+    out_.tensors.push_back(std::move(entry_));
+    where_ = Where::kTop;
+    return true;
+  }
+
+  Status MetadataBytesError() const {
+    return FileError(file_, "\"__metadata__\" holds more than " + std::to_string(kMaxMetadataBytes) +
+                                " bytes of keys and values, over the limit of " +
+                                std::to_string(kMaxMetadataBytes) + " bytes per file");
+  }
+
+  const std::string_view file_;
+  SafetensorsHeader& out_;
+  Status error_;
+  Where where_ = Where::kRoot;
+  int depth_ = 0;       // containers open
+  int skip_depth_ = 0;  // containers open in the value being skipped; 0: not skipping
+  Status after_skip_;   // what to report once the skipped value ends (OK: nothing)
+  bool seen_metadata_ = false;
+  std::string metadata_key_;
+  uint64_t metadata_bytes_ = 0;
+  TensorInfo entry_;              // the entry being read
+  unsigned entry_keys_ = 0;       // 1: dtype, 2: shape, 4: data_offsets seen in entry_
+  std::set<std::string> other_keys_;  // other keys seen in entry_
+  size_t offsets_seen_ = 0;
+};
+
+// A tensor named twice, which readers would resolve differently, or nullptr.
+// Sorts indices rather than names: 4 bytes a tensor.
+const std::string* FindRepeatedName(const std::vector<TensorInfo>& tensors) {
+  std::vector<uint32_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<uint32_t>(i);
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return tensors[a].name < tensors[b].name; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    if (tensors[order[i]].name == tensors[order[i - 1]].name) return &tensors[order[i]].name;
+  }
+  return nullptr;
 }
 
 // The byte size of `t`, or why it has none.
@@ -322,21 +574,13 @@ StatusOr<SafetensorsHeader> ParseHeader(std::string_view file_name,
                                     ")");
   }
   const std::string_view text(reinterpret_cast<const char*>(header_json.data()), header_json.size());
-  ASSIGN_OR_RETURN(Json doc, ParseJson(file_name, text));
-  if (!doc.is_object()) {
-    return FileError(file_name, "header must be a JSON object mapping tensor names to entries, found " +
-                                    Describe(doc));
+  HeaderHandler handler(file_name, header);
+  if (!Json::sax_parse(text.begin(), text.end(), &handler) || !handler.done()) {
+    if (!handler.error().ok()) return handler.error();
+    return InternalError(std::string(file_name) + ": safetensors header parser stopped without a reason");
   }
-
-  header.tensors.reserve(doc.size());
-  for (const auto& [key, value] : doc.items()) {
-    if (key == kMetadataKey) {
-      RETURN_IF_ERROR(ParseMetadata(file_name, value, header.metadata));
-      continue;
-    }
-    TensorInfo info;
-    RETURN_IF_ERROR(ParseEntry(file_name, key, value, info));
-    header.tensors.push_back(std::move(info));
+  if (const std::string* name = FindRepeatedName(header.tensors)) {
+    return FileError(file_name, "header has tensor '" + *name + "' twice");
   }
   std::sort(header.tensors.begin(), header.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);

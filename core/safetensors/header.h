@@ -15,6 +15,14 @@
 // the tensor (when one is at fault) and what is wrong, so a user can tell a
 // truncated download from a broken writer.
 //
+// Headers come from untrusted files, so parsing is bounded: a SAX parser builds
+// the tensor table as it reads, in time linear in the header's size, keeping
+// nothing but the table (no JSON tree), and refuses a header past any of the
+// limits below (kCorrupt naming the file and the limit) the moment it crosses
+// it. Together they bound what a header can cost in memory to a small multiple
+// of its size. A file refused here is still served byte for byte as a plain
+// file; only the views and the tensor-aware read plan need its header.
+//
 // Callers: the catalog (checkpoint.h) reads the first bytes of each file, calls
 // ParseHeaderLength, reads the rest of the header and calls ParseHeader. Views
 // that synthesize safetensors files call SerializeHeader.
@@ -42,6 +50,15 @@ namespace tensorfs {
 inline constexpr uint64_t kHeaderLengthBytes = 8;
 // Largest header the format allows (the reference's MAX_HEADER_SIZE).
 inline constexpr uint64_t kMaxHeaderLength = 100'000'000;
+// Limits on what a header may hold (README, "Limits"). Real checkpoints hold a
+// few thousand tensors per file, shapes of at most a handful of dimensions and
+// a few bytes of metadata; these are far above that.
+inline constexpr size_t kMaxTensorsPerHeader = 1'000'000;
+inline constexpr size_t kMaxShapeDims = 64;  // NumPy's own limit (NPY_MAXDIMS)
+inline constexpr uint64_t kMaxMetadataBytes = 16ull << 20;  // "__metadata__" keys plus values
+inline constexpr size_t kMaxMetadataEntries = 100'000;
+// serde_json, which the reference uses, refuses JSON nested deeper than this.
+inline constexpr int kMaxHeaderJsonDepth = 128;
 // The reserved key for free-form string metadata.
 inline constexpr std::string_view kMetadataKey = "__metadata__";
 

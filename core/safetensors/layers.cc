@@ -136,10 +136,28 @@ std::string_view LayerGroupKindName(LayerGroup::Kind kind) {
   return "other";
 }
 
+Status CheckLayerRegex(std::string_view pattern) {
+  if (pattern.size() > kMaxLayerRegexLength) {
+    return InvalidArgumentError("layer grouping regex is " + std::to_string(pattern.size()) +
+                                " characters long, over the limit of " + std::to_string(kMaxLayerRegexLength));
+  }
+  size_t run = 0;
+  for (char c : pattern) {
+    run = c >= '0' && c <= '9' ? run + 1 : 0;
+    if (run > kMaxLayerRegexDigits) {
+      return InvalidArgumentError("layer grouping regex '" + std::string(pattern) + "' holds a number of more than " +
+                                  std::to_string(kMaxLayerRegexDigits) + " digits, over the limit of " +
+                                  std::to_string(kMaxLayerRegexDigits));
+    }
+  }
+  return OkStatus();
+}
+
 StatusOr<LayerGrouper> LayerGrouper::Create(std::string_view override_regex) {
   LayerGrouper grouper;
   grouper.pattern_ = std::string(override_regex);
   if (override_regex.empty()) return grouper;
+  RETURN_IF_ERROR(CheckLayerRegex(override_regex));
   try {
     grouper.regex_ = std::make_shared<const std::regex>(grouper.pattern_, std::regex::ECMAScript);
   } catch (const std::regex_error& e) {

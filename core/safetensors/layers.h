@@ -40,6 +40,7 @@
 #ifndef TENSORFS_CORE_SAFETENSORS_LAYERS_H_
 #define TENSORFS_CORE_SAFETENSORS_LAYERS_H_
 
+#include <cstddef>
 #include <memory>
 #include <regex>
 #include <string>
@@ -61,6 +62,16 @@ struct LayerGroup {
 
 // "embedding", "block", "other", "head".
 std::string_view LayerGroupKindName(LayerGroup::Kind kind);
+
+// Limits on a layer regex (-o layer_regex, inspect --layer-regex), which
+// std::regex handles badly past them: its compiler recurses once per term, so
+// a long pattern overflows the stack, and it reads repetition counts and
+// back-references into a long without checking for overflow.
+inline constexpr size_t kMaxLayerRegexLength = 1024;
+inline constexpr size_t kMaxLayerRegexDigits = 9;  // in one run of digits
+
+// InvalidArgument naming the limit when `pattern` is past one of them.
+Status CheckLayerRegex(std::string_view pattern);
 
 class LayerGrouper {
  public:

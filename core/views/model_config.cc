@@ -2,6 +2,9 @@
 
 #include <array>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace tensorfs {
 namespace {
@@ -57,7 +60,83 @@ nlohmann::ordered_json BnbQuantizationConfig(bool nf4, std::string_view compute_
   return q;
 }
 
+// Builds an ordered_json from nlohmann's SAX events, appending each key to its
+// object's vector and finding repeats through a hash map kept only while the
+// object is open.
+class ConfigBuilder {
+ public:
+  using Json = nlohmann::ordered_json;
+  using number_integer_t = Json::number_integer_t;
+  using number_unsigned_t = Json::number_unsigned_t;
+  using number_float_t = Json::number_float_t;
+  using string_t = Json::string_t;
+  using binary_t = Json::binary_t;
+
+  Json& root() { return root_; }
+
+  bool null() { return Put(nullptr) != nullptr; }
+  bool boolean(bool v) { return Put(v) != nullptr; }
+  bool number_integer(number_integer_t v) { return Put(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) { return Put(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) { return Put(v) != nullptr; }
+  bool string(string_t& v) { return Put(std::move(v)) != nullptr; }
+  bool binary(binary_t&) { return false; }  // never in JSON text
+  bool start_object(std::size_t) { return Open(Json::object()); }
+  bool start_array(std::size_t) { return Open(Json::array()); }
+  bool end_object() { return Close(); }
+  bool end_array() { return Close(); }
+  bool key(string_t& k) {
+    // ordered_map is a vector of (key, value) pairs.
+    std::vector<std::pair<const std::string, Json>>& members = open_.back()->get_ref<Json::object_t&>();
+    auto [it, inserted] = keys_.back().try_emplace(k, members.size());
+    if (inserted) members.emplace_back(std::move(k), nullptr);
+    next_ = &members[it->second].second;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const Json::exception&) { return false; }
+
+ private:
+  // Stores `v` where the next value goes; where it went, or nullptr.
+  template <typename V>
+  Json* Put(V&& v) {
+    if (open_.empty()) {
+      root_ = Json(std::forward<V>(v));
+      return &root_;
+    }
+    Json* top = open_.back();
+    if (top->is_array()) {
+      top->get_ref<Json::array_t&>().emplace_back(std::forward<V>(v));
+      return &top->back();
+    }
+    *next_ = Json(std::forward<V>(v));
+    return next_;
+  }
+  bool Open(Json empty) {
+    if (open_.size() >= static_cast<size_t>(kMaxConfigDepth)) return false;
+    Json* j = Put(std::move(empty));
+    open_.push_back(j);
+    keys_.emplace_back();
+    return true;
+  }
+  bool Close() {
+    open_.pop_back();
+    keys_.pop_back();
+    return true;
+  }
+
+  Json root_;
+  std::vector<Json*> open_;  // the containers being filled, outermost first
+  std::vector<std::unordered_map<std::string, size_t>> keys_;  // per open container: key -> index
+  Json* next_ = nullptr;     // in an object: the value of the last key
+};
+
 }  // namespace
+
+std::optional<nlohmann::ordered_json> ParseModelConfig(std::string_view text) {
+  ConfigBuilder builder;
+  if (!nlohmann::ordered_json::sax_parse(text.begin(), text.end(), &builder)) return std::nullopt;
+  return std::move(builder.root());
+}
 
 std::optional<std::string> DeclaredWeightDtype(const nlohmann::ordered_json& config) {
   if (!config.is_object()) return std::nullopt;

@@ -17,6 +17,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/safetensors/dtype.h"
 
@@ -28,6 +29,18 @@ enum class ConfigRewrite {
   kBnbNf4,    // @bnb-nf4
   kBnbInt8,   // @bnb-int8
 };
+
+// Deepest nesting of objects and arrays ParseModelConfig accepts; configs nest
+// a few levels (a sub-config's rope_scaling), and the rewrite and the
+// serializer recurse once per level.
+inline constexpr int kMaxConfigDepth = 128;
+
+// Parses config.json text as the views read it, in time linear in its size:
+// keys keep their order, a repeated key keeps its first place and its last
+// value (as nlohmann::ordered_json::parse does, but without its search of the
+// whole object for every key, which is quadratic in the keys of an object).
+// nullopt when the text is not JSON or nests deeper than kMaxConfigDepth.
+std::optional<nlohmann::ordered_json> ParseModelConfig(std::string_view text);
 
 // The dtype the config declares for its weights at its top level, as
 // transformers reads it: "dtype", else "torch_dtype"; only a value naming a

@@ -71,11 +71,12 @@ class Builder {
  public:
   explicit Builder(const ViewInput& input) : input_(input), checkpoint_(input.scan->checkpoint) {
     if (input.config_json) {
-      auto config = nlohmann::ordered_json::parse(*input.config_json, nullptr, /*allow_exceptions=*/false);
-      if (config.is_object()) {
-        config_ = std::move(config);
+      std::optional<nlohmann::ordered_json> config = ParseModelConfig(*input.config_json);
+      if (config && config->is_object()) {
+        config_ = std::move(*config);
       } else {
-        spdlog::warn("config.json is not a JSON object; the views show it unchanged");
+        spdlog::warn("config.json is not a JSON object (or nests deeper than {} levels); the views show it unchanged",
+                     kMaxConfigDepth);
       }
     }
     if (config_ && config_->contains("model_type") && (*config_)["model_type"].is_string()) {
