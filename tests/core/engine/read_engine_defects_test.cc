@@ -12,13 +12,14 @@
 #include <thread>
 
 #include "core/engine/read_engine.h"
-#include "tests/support/checkpoint_gen.h"
+#include "tests/core/engine/single_shard_checkpoint.h"
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
 namespace {
 
 using testing::MemoryStore;
+using testing::SingleShardCheckpoint;
 
 constexpr uint64_t kPage = 4096;
 
@@ -85,19 +86,6 @@ std::string Bytes(const ReadResult& r) {
 
 class ReadEngineDefectsTest : public ::testing::Test {
  protected:
-  ReadEngineDefectsTest() {
-    // f32, hidden 512: tensors of 1, 3 and 8 MiB.
-    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
-                            .vocab = 4096, .dtype = Dtype::F32};
-    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
-    EXPECT_TRUE(files.ok());
-    for (auto& [name, bytes] : *files) {
-      memory_.Put(name, bytes);
-      if (name.ends_with(".safetensors")) source_ = bytes;
-    }
-    shard_ = *memory_.Stat("model.safetensors");
-  }
-
   EngineOptions Options() const {
     return EngineOptions{.chunk_size = 1 << 20, .cache_size = 4 << 20, .max_fetches = 2,
                          .prefetch_window = 1 << 20, .head_size = 64 << 10};
@@ -105,15 +93,13 @@ class ReadEngineDefectsTest : public ::testing::Test {
 
   StatusOr<std::string> ReadSync(ReadEngine& engine, uint64_t offset, uint64_t size, ReadHints hints = {}) {
     std::promise<StatusOr<ReadResult>> promise;
-    engine.Read(shard_, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); }, hints);
+    engine.Read(checkpoint_.shard, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); }, hints);
     StatusOr<ReadResult> r = promise.get_future().get();
     if (!r.ok()) return r.status();
     return Bytes(*r);
   }
 
-  MemoryStore memory_;
-  std::string source_;
-  ObjectInfo shard_;
+  SingleShardCheckpoint checkpoint_;
   Metrics metrics_;
 };
 
@@ -122,10 +108,10 @@ class ReadEngineDefectsTest : public ::testing::Test {
 // fetches a shorter piece at the same offset. Marking the first read's bytes
 // delivered must not touch the new piece (it indexed past its page bitmap).
 TEST_F(ReadEngineDefectsTest, DeliveredMarkOfAnEvictedPieceLeavesTheNewPieceAtItsOffsetAlone) {
-  GatedStore store(memory_);
+  GatedStore store(checkpoint_.memory);
   ReadEngine engine(store, Options(), metrics_);
   ASSERT_TRUE(ReadSync(engine, 0, 8).ok());  // the plan
-  std::shared_ptr<const ChunkPlan> plan = engine.PlanOf(shard_.id());
+  std::shared_ptr<const ChunkPlan> plan = engine.PlanOf(checkpoint_.shard.id());
   ASSERT_NE(plan, nullptr);
   // Two full chunks c, c + 1 inside one tensor.
   size_t c = plan->size();
@@ -145,7 +131,7 @@ TEST_F(ReadEngineDefectsTest, DeliveredMarkOfAnEvictedPieceLeavesTheNewPieceAtIt
   // whose fetch is held.
   store.Gate(b.offset);
   std::promise<StatusOr<ReadResult>> first;
-  engine.Read(shard_, x, (b.offset - x) + (256 << 10), [&](StatusOr<ReadResult> r) { first.set_value(std::move(r)); });
+  engine.Read(checkpoint_.shard, x, (b.offset - x) + (256 << 10), [&](StatusOr<ReadResult> r) { first.set_value(std::move(r)); });
   ASSERT_TRUE(store.WaitServed(x));
   ASSERT_TRUE(store.WaitBlockedAt(b.offset));
 
@@ -163,7 +149,7 @@ TEST_F(ReadEngineDefectsTest, DeliveredMarkOfAnEvictedPieceLeavesTheNewPieceAtIt
   // Read 2: a page at x: a new, shorter piece there, fetched and read.
   auto second = ReadSync(engine, x, kPage);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
-  EXPECT_EQ(*second, source_.substr(x, kPage));
+  EXPECT_EQ(*second, checkpoint_.source.substr(x, kPage));
 
   // Read 1 completes and marks its bytes delivered.
   store.Open(b.offset);
@@ -171,11 +157,11 @@ TEST_F(ReadEngineDefectsTest, DeliveredMarkOfAnEvictedPieceLeavesTheNewPieceAtIt
   ASSERT_EQ(future.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   StatusOr<ReadResult> r = future.get();
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(Bytes(*r), source_.substr(x, (b.offset - x) + (256 << 10)));
+  EXPECT_EQ(Bytes(*r), checkpoint_.source.substr(x, (b.offset - x) + (256 << 10)));
   // The new piece still serves its bytes.
   auto again = ReadSync(engine, x, kPage);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(*again, source_.substr(x, kPage));
+  EXPECT_EQ(*again, checkpoint_.source.substr(x, kPage));
   EXPECT_EQ(metrics_.engine_inconsistencies.load(), 0u);
 }
 
@@ -183,15 +169,15 @@ TEST_F(ReadEngineDefectsTest, DeliveredMarkOfAnEvictedPieceLeavesTheNewPieceAtIt
 // callback that calls back into the engine (as a view's reply path may) does
 // not deadlock, even when the engine is shutting down.
 TEST_F(ReadEngineDefectsTest, DerivedReadRefusedAtUnmountCallsBackWithoutTheEngineLock) {
-  GatedStore store(memory_);
+  GatedStore store(checkpoint_.memory);
   auto engine = std::make_unique<ReadEngine>(store, Options(), metrics_);
   ReadEngine* raw = engine.get();
   ASSERT_TRUE(ReadSync(*raw, 0, 8).ok());
   // A fetch held at its gate keeps the engine's destructor waiting for its worker.
-  const uint64_t held = engine->PlanOf(shard_.id())->Chunk(3).offset;
+  const uint64_t held = engine->PlanOf(checkpoint_.shard.id())->Chunk(3).offset;
   store.Gate(held);
   std::promise<StatusOr<ReadResult>> pending;
-  raw->Read(shard_, held, kPage, [&](StatusOr<ReadResult> r) { pending.set_value(std::move(r)); },
+  raw->Read(checkpoint_.shard, held, kPage, [&](StatusOr<ReadResult> r) { pending.set_value(std::move(r)); },
             ReadHints{.prefetch = false});
   ASSERT_TRUE(store.WaitBlockedAt(held));
   std::thread destroy([&] { engine.reset(); });
@@ -227,29 +213,29 @@ TEST_F(ReadEngineDefectsTest, DerivedReadRefusedAtUnmountCallsBackWithoutTheEngi
 // a chunk of the read lying wholly outside that part is still read, as
 // itself (the edge piece's range was computed as a length near 2^64).
 TEST_F(ReadEngineDefectsTest, ReadOfAChunkOutsideItsWithinRangeReturnsTheBytes) {
-  ReadEngine engine(memory_, Options(), metrics_);
+  ReadEngine engine(checkpoint_.memory, Options(), metrics_);
   ASSERT_TRUE(ReadSync(engine, 0, 8).ok());
-  auto plan = engine.PlanOf(shard_.id());
+  auto plan = engine.PlanOf(checkpoint_.shard.id());
   const ByteRange chunk = plan->Chunk(2);
   const ByteRange within = plan->Chunk(5);
   auto bytes = ReadSync(engine, chunk.offset + 100, 5000,
                         ReadHints{.prefetch = false, .delivered = true, .within = within});
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  EXPECT_EQ(*bytes, source_.substr(chunk.offset + 100, 5000));
-  engine.Prefetch(shard_, chunk, within);  // nothing of it is inside `within`: nothing to fetch
+  EXPECT_EQ(*bytes, checkpoint_.source.substr(chunk.offset + 100, 5000));
+  engine.Prefetch(checkpoint_.shard, chunk, within);  // nothing of it is inside `within`: nothing to fetch
 }
 
 // Cache entries that do not tile a read (a bug) answer that read with an
 // error, logged and counted, instead of stopping the daemon.
 TEST_F(ReadEngineDefectsTest, EntriesThatDoNotTileAReadAnswerItWithAnErrorAndCountIt) {
-  ReadEngine engine(memory_, Options(), metrics_);
+  ReadEngine engine(checkpoint_.memory, Options(), metrics_);
   ASSERT_TRUE(ReadSync(engine, 0, 8).ok());
-  auto plan = engine.PlanOf(shard_.id());
+  auto plan = engine.PlanOf(checkpoint_.shard.id());
   const ByteRange chunk = plan->Chunk(4);
   // A chunk of the wrong range under chunk 4's key.
   std::promise<void> published;
   engine.ReadDerived(
-      ChunkKey{shard_.id(), 4}, kPage,
+      ChunkKey{checkpoint_.shard.id(), 4}, kPage,
       [](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
         publish(std::make_shared<Chunk>(ByteRange{0, kPage}));
       },
@@ -262,7 +248,7 @@ TEST_F(ReadEngineDefectsTest, EntriesThatDoNotTileAReadAnswerItWithAnErrorAndCou
   // The engine goes on serving other reads.
   auto other = ReadSync(engine, plan->Chunk(6).offset, kPage);
   ASSERT_TRUE(other.ok());
-  EXPECT_EQ(*other, source_.substr(plan->Chunk(6).offset, kPage));
+  EXPECT_EQ(*other, checkpoint_.source.substr(plan->Chunk(6).offset, kPage));
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "core/engine/read_engine.h"
-#include "tests/support/checkpoint_gen.h"
+#include "tests/core/engine/single_shard_checkpoint.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
 
@@ -18,6 +18,7 @@ namespace {
 
 using testing::ControlledStore;
 using testing::MemoryStore;
+using testing::SingleShardCheckpoint;
 
 constexpr uint64_t kPage = 4096;
 constexpr uint64_t kRead = 128 << 10;  // the kernel's read size at the default readahead
@@ -30,19 +31,6 @@ struct KernelRead {
 
 class ReaderStateTest : public ::testing::Test {
  protected:
-  ReaderStateTest() {
-    // f32, hidden 512: tensors of 1, 3 and 8 MiB.
-    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
-                            .vocab = 4096, .dtype = Dtype::F32};
-    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
-    EXPECT_TRUE(files.ok());
-    for (auto& [name, bytes] : *files) {
-      memory_.Put(name, bytes);
-      if (name.ends_with(".safetensors")) source_ = bytes;
-    }
-    shard_ = *memory_.Stat("model.safetensors");
-  }
-
   EngineOptions Options() const {
     return EngineOptions{.chunk_size = 1 << 20, .cache_size = 256 << 20, .max_fetches = 4,
                          .prefetch_window = 16 << 20, .head_size = 64 << 10};
@@ -66,7 +54,7 @@ class ReaderStateTest : public ::testing::Test {
     std::vector<ByteRange> out;
     auto around = [&](uint64_t at) {
       const uint64_t b = (at > kRead / 2 ? at - kRead / 2 : 0) & ~(kPage - 1);
-      out.push_back(ByteRange{b, std::min(kRead, shard_.size - b)});
+      out.push_back(ByteRange{b, std::min(kRead, checkpoint_.shard.size - b)});
     };
     around(begin);
     around(end - 1);
@@ -85,10 +73,10 @@ class ReaderStateTest : public ::testing::Test {
   // every tensor; all in storage order, their kernel reads interleaved one by
   // one. Checks that every slice reader's fraction is learned.
   void InterleaveWholeAndSliceReaders(int whole_readers, const std::vector<uint64_t>& ranks, uint64_t world) {
-    ControlledStore store(memory_, /*hold=*/false);
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
     ReadEngine engine(store, Options(), metrics_);
-    Read(engine, shard_, source_, KernelRead{ReaderId{1}, ByteRange{0, 8}});
-    const std::vector<TensorSpan> tensors = engine.PlanOf(shard_.id())->tensors();
+    Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{1}, ByteRange{0, 8}});
+    const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
     std::vector<std::vector<KernelRead>> lists;
     uint64_t next_reader = 100;
     for (int w = 0; w < whole_readers; ++w) {
@@ -112,7 +100,7 @@ class ReaderStateTest : public ::testing::Test {
       for (const auto& list : lists) {
         if (step >= list.size()) continue;
         any = true;
-        Read(engine, shard_, source_, list[step]);
+        Read(engine, checkpoint_.shard, checkpoint_.source, list[step]);
         if (::testing::Test::HasFatalFailure()) return;
       }
       if (!any) break;
@@ -125,9 +113,7 @@ class ReaderStateTest : public ::testing::Test {
     }
   }
 
-  MemoryStore memory_;
-  std::string source_;
-  ObjectInfo shard_;
+  SingleShardCheckpoint checkpoint_;
   Metrics metrics_;
 };
 
@@ -150,9 +136,9 @@ TEST_F(ReaderStateTest, SixteenInterleavedReadersEachKeepTheirPattern) {
 // the file (which prefetched the whole file in storage order).
 TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWholeFile) {
   const std::string name = "data.bin";  // no tensors: every read is planned as a sequential reader's
-  memory_.Put(name, source_);
-  const ObjectInfo file = *memory_.Stat(name);
-  ControlledStore store(memory_, /*hold=*/false);
+  checkpoint_.memory.Put(name, checkpoint_.source);
+  const ObjectInfo file = *checkpoint_.memory.Stat(name);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   EngineOptions options = Options();
   options.chunk_size = 256 << 10;
   options.prefetch_window = 2 << 20;
@@ -161,7 +147,7 @@ TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWhole
   const uint64_t spacing = (file.size / kReaders) & ~(kPage - 1);
   for (uint64_t at = 0; at < (1 << 20); at += kRead) {
     for (int i = 0; i < kReaders; ++i) {
-      Read(engine, file, source_, KernelRead{ReaderId{static_cast<uint64_t>(i + 1)}, ByteRange{i * spacing + at, kRead}});
+      Read(engine, file, checkpoint_.source, KernelRead{ReaderId{static_cast<uint64_t>(i + 1)}, ByteRange{i * spacing + at, kRead}});
       ASSERT_FALSE(HasFatalFailure());
     }
   }
@@ -185,13 +171,13 @@ TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWhole
 TEST_F(ReaderStateTest, TenThousandObjectsAndGenerationsKeepTheStateBounded) {
   EngineOptions options{.chunk_size = 64 << 10, .cache_size = 4 << 20, .max_fetches = 2,
                         .prefetch_window = 256 << 10, .head_size = 16 << 10};
-  ReadEngine engine(memory_, options, metrics_);
+  ReadEngine engine(checkpoint_.memory, options, metrics_);
   const std::string bytes(8192, 'x');
   for (uint64_t i = 0; i < 10000; ++i) {
     // Half new objects, half new generations of one object.
     const std::string name = i % 2 == 0 ? "objects/" + std::to_string(i) + ".bin" : "replaced.bin";
-    memory_.Put(name, bytes);
-    const ObjectInfo object = *memory_.Stat(name);
+    checkpoint_.memory.Put(name, bytes);
+    const ObjectInfo object = *checkpoint_.memory.Stat(name);
     Read(engine, object, bytes, KernelRead{ReaderId{i + 1}, ByteRange{100, 4096}});
     ASSERT_FALSE(HasFatalFailure());
     if (i % 4 < 2) engine.ReleaseReader(ReaderId{i + 1});

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "core/engine/read_engine.h"
-#include "tests/support/checkpoint_gen.h"
+#include "tests/core/engine/single_shard_checkpoint.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
 
@@ -19,6 +19,7 @@ namespace {
 
 using testing::ControlledStore;
 using testing::MemoryStore;
+using testing::SingleShardCheckpoint;
 using testing::RecordedRead;
 
 constexpr uint64_t kPage = 4096;
@@ -27,19 +28,6 @@ constexpr uint64_t kNearWindowSlack = 512 << 10;  // reads this close to a windo
 
 class SliceReaderTest : public ::testing::Test {
  protected:
-  SliceReaderTest() {
-    // f32, hidden 512: tensors of 1, 3 and 8 MiB (sizes apart, as real layers).
-    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
-                            .vocab = 4096, .dtype = Dtype::F32};
-    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
-    EXPECT_TRUE(files.ok());
-    for (auto& [name, bytes] : *files) {
-      memory_.Put(name, bytes);
-      if (name.ends_with(".safetensors")) source_ = bytes;
-    }
-    shard_ = *memory_.Stat("model.safetensors");
-  }
-
   EngineOptions Options() const {
     return EngineOptions{.chunk_size = 1 << 20, .cache_size = 256 << 20, .max_fetches = 4,
                          .prefetch_window = 16 << 20, .head_size = 64 << 10};
@@ -54,14 +42,14 @@ class SliceReaderTest : public ::testing::Test {
 
   // Reads [offset, offset + size) and checks the bytes.
   void Read(ReadEngine& engine, uint64_t offset, uint64_t size) {
-    size = std::min(size, shard_.size - offset);
+    size = std::min(size, checkpoint_.shard.size - offset);
     std::promise<StatusOr<ReadResult>> promise;
-    engine.Read(shard_, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); });
+    engine.Read(checkpoint_.shard, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); });
     StatusOr<ReadResult> r = promise.get_future().get();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::string got;
     for (auto p : r->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
-    ASSERT_EQ(got, source_.substr(offset, size)) << "at " << offset;
+    ASSERT_EQ(got, checkpoint_.source.substr(offset, size)) << "at " << offset;
   }
 
   // The kernel's reads for an mmap reader copying [begin, end) with memcpy: the
@@ -70,7 +58,7 @@ class SliceReaderTest : public ::testing::Test {
     std::vector<ByteRange> out;
     auto around = [&](uint64_t at) {
       const uint64_t b = (at > kRead / 2 ? at - kRead / 2 : 0) & ~(kPage - 1);
-      out.push_back(ByteRange{b, std::min(kRead, shard_.size - b)});
+      out.push_back(ByteRange{b, std::min(kRead, checkpoint_.shard.size - b)});
     };
     around(begin);
     around(end - 1);
@@ -104,7 +92,7 @@ class SliceReaderTest : public ::testing::Test {
 
   std::vector<TensorSpan> Tensors(ReadEngine& engine) {
     Read(engine, 0, 8);  // the plan
-    return engine.PlanOf(shard_.id())->tensors();
+    return engine.PlanOf(checkpoint_.shard.id())->tensors();
   }
 
   // Bytes of `reads` (from index `from`) that fall outside every range of `allowed`.
@@ -131,7 +119,7 @@ class SliceReaderTest : public ::testing::Test {
 
   // The windows of `pattern` in every tensor, widened by `slack` each side.
   std::vector<ByteRange> Windows(ReadEngine& engine, const SlicePattern& pattern, uint64_t slack = 0) {
-    auto plan = engine.PlanOf(shard_.id());
+    auto plan = engine.PlanOf(checkpoint_.shard.id());
     std::vector<ByteRange> out;
     for (const TensorSpan& t : plan->tensors()) {
       ByteRange w = pattern.Window(t, plan->data_start(), plan->data_end());
@@ -151,14 +139,12 @@ class SliceReaderTest : public ::testing::Test {
     return order.size();
   }
 
-  MemoryStore memory_;
-  std::string source_;
-  ObjectInfo shard_;
+  SingleShardCheckpoint checkpoint_;
   Metrics metrics_;
 };
 
 TEST_F(SliceReaderTest, StorageOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   const size_t learned_after = ReadUntilLearned(engine, tensors, 1, 4);
@@ -187,7 +173,7 @@ TEST_F(SliceReaderTest, StorageOrderSliceReaderFetchesOnlyItsWindowsOnceLearned)
 // past it, so that learning costs little more than the slices read meanwhile.
 TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
   for (uint64_t rank : {0u, 1u, 3u}) {
-    ControlledStore store(memory_, /*hold=*/false);
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
     Metrics metrics;
     ReadEngine engine(store, Options(), metrics);
     std::vector<TensorSpan> tensors = Tensors(engine);
@@ -211,7 +197,7 @@ TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
 // chunks of a few MiB: the first reads' pages are then a small part of them).
 TEST_F(SliceReaderTest, WholeTensorCopiesFromTheFirstReadAreFetchedInWholeChunks) {
   for (bool shuffled : {false, true}) {
-    ControlledStore store(memory_, /*hold=*/false);
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
     Metrics metrics;
     EngineOptions options = Options();
     options.chunk_size = 4 << 20;
@@ -227,7 +213,7 @@ TEST_F(SliceReaderTest, WholeTensorCopiesFromTheFirstReadAreFetchedInWholeChunks
     // In storage order every chunk comes in one request. A shuffled loader's
     // first read may land next to a tensor boundary, where nothing is known
     // yet: its pages come as a piece, fetched again with their chunk.
-    auto plan = engine.PlanOf(shard_.id());
+    auto plan = engine.PlanOf(checkpoint_.shard.id());
     const std::vector<RecordedRead> reads = store.reads();
     size_t pieces = 0;
     uint64_t bytes = 0;
@@ -238,12 +224,12 @@ TEST_F(SliceReaderTest, WholeTensorCopiesFromTheFirstReadAreFetchedInWholeChunks
     }
     EXPECT_EQ(reads.size(), plan->size() + pieces) << "every chunk in one request";
     EXPECT_LE(pieces, shuffled ? 1u : 0u) << (shuffled ? "shuffled" : "storage order");
-    EXPECT_LE(bytes, shard_.size + pieces * kRead);
+    EXPECT_LE(bytes, checkpoint_.shard.size + pieces * kRead);
   }
 }
 
 TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   std::shuffle(tensors.begin(), tensors.end(), std::mt19937(7));
@@ -257,11 +243,11 @@ TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) 
   for (size_t i = learned_after; i < tensors.size(); ++i) ReadSlice(engine, tensors[i], 2, 4);
   WaitIdle(store);
   EXPECT_EQ(BytesOutside(store.reads(), mark, Windows(engine, pattern, kPage)), 0u);
-  EXPECT_LE(metrics_.bytes_fetched.load(), shard_.size / 2) << "far from the whole file";
+  EXPECT_LE(metrics_.bytes_fetched.load(), checkpoint_.shard.size / 2) << "far from the whole file";
 }
 
 TEST_F(SliceReaderTest, ReaderSwitchingToWholeTensorsGetsThemWhole) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   const size_t learned_after = ReadUntilLearned(engine, tensors, 0, 4);
@@ -290,7 +276,7 @@ TEST_F(SliceReaderTest, ReaderSwitchingToWholeTensorsGetsThemWhole) {
 }
 
 TEST_F(SliceReaderTest, TwoRanksOnOneMountEachGetTheirOwnWindows) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   // Ranks 0 and 2 of 4, each reading its slice of every tensor in storage
@@ -329,7 +315,7 @@ TEST_F(SliceReaderTest, TwoRanksOnOneMountEachGetTheirOwnWindows) {
 }
 
 TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, ShardOptions(3, 4), metrics_);
   std::vector<TensorSpan> tensors = Tensors(engine);
   const SlicePattern pattern = SlicePattern::Shard(3, 4);
@@ -341,7 +327,7 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
   const auto reads = store.reads();
   std::vector<ByteRange> windows = Windows(engine, pattern);
   // Fetched: every window, and nothing outside them but the head.
-  EXPECT_EQ(BytesOutside(reads, 0, windows), std::min<uint64_t>(64 << 10, shard_.size)) << "the head only";
+  EXPECT_EQ(BytesOutside(reads, 0, windows), std::min<uint64_t>(64 << 10, checkpoint_.shard.size)) << "the head only";
   uint64_t window_bytes = 0;  // of their union: the windows of small tensors overlap
   uint64_t covered_to = 0;
   for (const ByteRange& w : windows) {  // in storage order
@@ -366,7 +352,7 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
 // first touch growing then is no memcpy coming back to a copy's start, and
 // nothing between the two is fetched.
 TEST_F(SliceReaderTest, HeaderReadaheadArrivingLateIsNoCopyUpToTheSlice) {
-  ControlledStore store(memory_, /*hold=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, ShardOptions(2, 4), metrics_);
   const std::vector<TensorSpan> tensors = Tensors(engine);
   const TensorSpan& t = tensors[0];
