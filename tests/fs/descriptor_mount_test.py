@@ -13,7 +13,6 @@ file's sha256 and an mmap loader's tensors equal the source.
 
 Every wait has a 60 s limit that only catches hangs; nothing asserts on time.
 """
-import ctypes
 import hashlib
 import json
 import os
@@ -34,14 +33,8 @@ TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
 HANG_GUARD_S = 60
 
-MS_RDONLY, MS_NOSUID, MS_NODEV = 1, 2, 4
-MNT_DETACH = 2
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-
-# gcsfuse's CSI node plugin: this data, MS_NOSUID|MS_NODEV, plus read-only.
-GCSFUSE_DATA = "rootmode=40000,user_id=0,group_id=0,default_permissions,allow_other"
+sys.path.insert(0, SUPPORT)
+from fuse_fd_parent import GCSFUSE_DATA, kernel_mount, mount_device, mounted, unmount  # noqa: E402
 
 # uid 65534, no capability at all, no way to gain one.
 UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
@@ -57,36 +50,6 @@ def sandboxed(argv, hide=()):
     script += "".join("umount -l -c %s; " % shlex.quote(m) for m in hide)  # -c: no stat of the mount
     script += "test ! -e /dev/fuse; exec \"$@\""
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
-
-
-def kernel_mount(target, source, data, flags=MS_NOSUID | MS_NODEV | MS_RDONLY):
-    """Opens /dev/fuse and mounts it on target as a node plugin does; returns the descriptor."""
-    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
-    full = ("fd=%d," % fd) + data
-    if libc.mount(source.encode(), target.encode(), b"fuse.tensorfs", flags, full.encode()) != 0:
-        err = ctypes.get_errno()
-        os.close(fd)
-        raise OSError(err, "mount(2) of %s: %s" % (target, os.strerror(err)))
-    return fd
-
-
-def unmount(target):
-    libc.umount2(target.encode(), MNT_DETACH)
-
-
-def mount_device(target):
-    """The mount's MAJOR:MINOR from /proc/self/mountinfo (stat would ask the file system)."""
-    device = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if fields[4] == target:
-                device = fields[2]
-    return device
-
-
-def is_mounted(target):
-    return mount_device(target) is not None
 
 
 def print_mount_params(*options):

@@ -29,6 +29,26 @@ libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
 libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
+# gcsfuse's CSI node plugin mounts with this data (after fd=N), MS_NOSUID|MS_NODEV, plus read-only.
+GCSFUSE_DATA = "rootmode=40000,user_id=0,group_id=0,default_permissions,allow_other"
+
+
+def kernel_mount(target, source, data=GCSFUSE_DATA, flags=MS_NOSUID | MS_NODEV | MS_RDONLY):
+    """Opens /dev/fuse and mounts it on target as a node plugin does; returns the
+    descriptor (not inheritable: pass it with pass_fds)."""
+    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    full = ("fd=%d," % fd) + data
+    if libc.mount(source.encode(), target.encode(), b"fuse.tensorfs", flags, full.encode()) != 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, "mount(2) of %s: %s" % (target, os.strerror(err)))
+    return fd
+
+
+def unmount(target):
+    libc.umount2(target.encode(), MNT_DETACH)
+
+
 def mount_device(path):
     """MAJOR:MINOR of the newest mount on `path`, or None. (A stat() of the new
     mount would wait for its INIT, which nobody answers yet.)"""
@@ -63,12 +83,10 @@ def main(argv):
             sys.exit("unknown option " + opts[i])
         i += 2
 
-    fd = os.open("/dev/fuse", os.O_RDWR)  # not inheritable by default; pass_fds below
-    data = "fd=%d,rootmode=40000,user_id=0,group_id=0,default_permissions,allow_other" % fd
-    if libc.mount(b"test-parent", mountpoint.encode(), b"fuse.tensorfs", MS_NOSUID | MS_NODEV | MS_RDONLY,
-                  data.encode()) != 0:
-        err = ctypes.get_errno()
-        sys.exit("fuse_fd_parent: mount %s: %s" % (mountpoint, os.strerror(err)))
+    try:
+        fd = kernel_mount(mountpoint, "test-parent")
+    except OSError as e:
+        sys.exit("fuse_fd_parent: %s" % e.strerror)
     try:
         if read_ahead_kb is not None:
             with open("/sys/class/bdi/%s/read_ahead_kb" % mount_device(mountpoint), "w") as f:
@@ -83,7 +101,7 @@ def main(argv):
         rc = child.wait()
     finally:
         if mounted(mountpoint):
-            libc.umount2(mountpoint.encode(), MNT_DETACH)
+            unmount(mountpoint)
     return rc if rc >= 0 else 128 - rc
 
 
