@@ -70,10 +70,16 @@ class ReadEngineTest : public ::testing::Test {
                          .prefetch_window = 256 << 10, .head_size = 16 << 10};
   }
   const std::string& Source(const ObjectInfo& o) { return sources_.at(o.name); }
-  // Waits until no fetch has started or run for 100 ms.
+  // Waits until no fetch has started or run for 100 ms; fails after 60 s (a
+  // fetch that never ends).
   void WaitIdle(const ControlledStore& store) {
     size_t seen = store.reads().size();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int quiet = 0; quiet < 10;) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ADD_FAILURE() << "the engine's fetches did not stop in 60 s";
+        return;
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       size_t now = store.reads().size();
       quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
@@ -132,9 +138,7 @@ TEST_F(ReadEngineTest, ConcurrentReadsOfOneChunkShareOneFetch) {
     engine.Read(shard_, target.offset + i, 100, [&results, i](StatusOr<ReadResult> r) { results[i].set_value(std::move(r)); });
   }
   ASSERT_TRUE(store.WaitForBlocked(1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(store.blocked(), 1) << "one fetch for eight readers";
-  store.ReleaseAll();
+  store.ReleaseAll();  // every fetch of the target is counted below: one for the eight readers
   for (int i = 0; i < 8; ++i) {
     auto r = results[i].get_future().get();
     ASSERT_TRUE(r.ok());
@@ -150,11 +154,18 @@ TEST_F(ReadEngineTest, ReadDoesNotBlockTheCallerWhileFetching) {
   ControlledStore store(memory_, /*hold=*/true);
   ReadEngine engine(store, SmallOptions(), metrics_);
   std::promise<StatusOr<ReadResult>> result;
-  auto start = std::chrono::steady_clock::now();
-  engine.Read(shard_, 0, 4096, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
-  ASSERT_TRUE(store.WaitForBlocked(1));
+  std::promise<void> returned;
+  std::thread caller([&] {
+    engine.Read(shard_, 0, 4096, [&](StatusOr<ReadResult> r) { result.set_value(std::move(r)); });
+    returned.set_value();
+  });
+  // The store holds every fetch until released: a Read that waited for its
+  // fetch would not return (the 60 s only bounds that hang).
+  EXPECT_EQ(returned.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready)
+      << "Read held its caller until the fetch completed";
+  EXPECT_TRUE(store.WaitForBlocked(1));
   store.ReleaseAll();
+  caller.join();
   EXPECT_TRUE(result.get_future().get().ok());
 }
 

@@ -36,6 +36,17 @@ struct Tensor {
 
 class StackedTest : public ::testing::Test {
  protected:
+  // Waits until no fetch is in flight; fails after 60 s (a fetch that never ends).
+  void WaitNoFetchInFlight() {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (metrics_.fetches_in_flight.load() > 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        ADD_FAILURE() << "a fetch still in flight after 60 s";
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   void Mount(uint64_t prefetch_window = 1 << 20) {
     engine_ = std::make_unique<ReadEngine>(store_,
                                            EngineOptions{.chunk_size = 64 << 10, .cache_size = 64 << 20,
@@ -314,11 +325,11 @@ TEST_F(StackedTest, ReadingOneLayersSliceFetchesExactlyThatLayersSourceTensor) {
   const uint64_t slice = t.info.size() / 4;
   NodeId file = Path("m/@stacked/" + t.file);
   ASSERT_TRUE(Read(file, 0, 8).ok());  // the header length: the catalog is in by now
-  while (metrics_.fetches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  WaitNoFetchInFlight();
   const uint64_t before = metrics_.bytes_fetched.load();
   auto bytes = Read(file, t.offset + 2 * slice, slice);
   ASSERT_TRUE(bytes.ok());
-  while (metrics_.fetches_in_flight.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  WaitNoFetchInFlight();
   EXPECT_EQ(*bytes, testing::ExpectedTensorBytes(Layer(2, "mlp.down_proj.weight"), Dtype::BF16, slice));
   EXPECT_EQ(metrics_.bytes_fetched.load() - before, slice);
 }
