@@ -90,10 +90,13 @@ StatusOr<bool> RecoverDeadMountPoint(const std::string& mountpoint) {
   if (type != "fuse" && !type.starts_with("fuse.")) return false;  // not ours to recover, and not looked at
   // stat() may be answered from the kernel's attribute cache for a while after
   // the daemon died; statfs() always asks the daemon.
+  // ECONNABORTED: the connection is being torn down (the daemon's last thread
+  // is still exiting); a moment later it reads ENOTCONN. Either is dead.
+  auto gone = [] { return errno == ENOTCONN || errno == ECONNABORTED; };
   struct stat st;
   struct statfs sfs;
-  bool dead = (::stat(mountpoint.c_str(), &st) != 0 && errno == ENOTCONN) ||
-              (::statfs(mountpoint.c_str(), &sfs) != 0 && errno == ENOTCONN);
+  bool dead = (::stat(mountpoint.c_str(), &st) != 0 && gone()) ||
+              (::statfs(mountpoint.c_str(), &sfs) != 0 && gone());
   if (!dead) return false;
   std::string how;
   if (::umount2(path.c_str(), MNT_DETACH) == 0) {

@@ -37,6 +37,7 @@ namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
 using testing::GcsTestServer;
 using testing::IsMounted;
+using testing::CommandResult;
 using testing::ReadWhole;
 using testing::RunCommand;
 using testing::SameBytes;
@@ -295,9 +296,13 @@ TEST(DeadMountTest, UserWhoIsNotRootRecoversADeadMountPoint) {
 
   ASSERT_EQ(RunCommand("pkill -KILL -f -x '" + command + "'").exit_code, 0);
   EXPECT_TRUE(WaitUntil([&] { return RunCommand("pgrep -f -x '" + command + "'").exit_code != 0; }));
-  auto dead = RunCommand(AsNobody("stat -f " + mnt));
-  ASSERT_NE(dead.exit_code, 0) << dead.output;
-  ASSERT_THAT(dead.output, HasSubstr("Transport endpoint is not connected"));
+  // The daemon's threads may still be exiting once pgrep no longer sees it: the
+  // connection reads "Software caused connection abort" until it is torn down.
+  CommandResult dead;
+  ASSERT_TRUE(WaitUntil([&] {
+    dead = RunCommand(AsNobody("stat -f " + mnt));
+    return dead.exit_code != 0 && dead.output.find("Transport endpoint is not connected") != std::string::npos;
+  })) << dead.output;
 
   auto again = RunCommand(AsNobody(command));
   ASSERT_EQ(again.exit_code, 0) << again.output;
