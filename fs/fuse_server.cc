@@ -164,6 +164,7 @@ struct FuseHandlers {
   }
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
+    Server(req).metrics_.CountReadSize(size);
     Ns(req).Read(NodeId{ino}, static_cast<uint64_t>(offset), size, [req](StatusOr<ReadResult> result) {
       if (!result.ok()) {
         if (ToErrno(result.status()) == EIO) Server(req).metrics_.reads_failed_eio.fetch_add(1, std::memory_order_relaxed);
@@ -307,39 +308,6 @@ std::optional<uint64_t> ReadKib(const std::string& path) {
   return kib;
 }
 
-// Sets the kernel readahead of the mount's backing device, as gcsfuse does.
-// Written once mounted, before or after the kernel takes the INIT reply: the
-// reply's max_readahead (kInitMaxReadahead) is above any value asked, so the
-// kernel's min() with it keeps this one. Read back, so a value the kernel
-// rounds (to whole pages) or refuses is a warning naming the value in force.
-// Fails softly: the mount works without it.
-void SetReadAhead(const std::string& mountpoint, uint64_t bytes) {
-  if (bytes == 0) return;
-  const uint64_t want_kib = bytes >> 10;
-  std::optional<std::string> device = MountDevice(CanonicalMountPath(mountpoint));
-  if (!device) {
-    spdlog::warn("read_ahead: {} not found in /proc/self/mountinfo; keeping the kernel's readahead", mountpoint);
-    return;
-  }
-  const std::string path = "/sys/class/bdi/" + *device + "/read_ahead_kb";
-  std::ofstream out(path);
-  out << want_kib << '\n';
-  out.flush();
-  const bool written = static_cast<bool>(out);
-  const int err = errno;
-  out.close();
-  std::optional<uint64_t> in_force = ReadKib(path);
-  std::string in_force_text = in_force ? std::to_string(*in_force) + " KiB" : std::string("unknown");
-  if (!written) {
-    spdlog::warn("read_ahead={} KiB: cannot write {} ({}; writing it needs root); the readahead in force is {}",
-                 want_kib, path, std::strerror(err), in_force_text);
-  } else if (in_force != want_kib) {
-    spdlog::warn("read_ahead={} KiB: the kernel keeps {} at {}", want_kib, path, in_force_text);
-  } else {
-    spdlog::debug("read_ahead: {} KiB in force ({})", *in_force, path);
-  }
-}
-
 // An adopted descriptor must be /dev/fuse (character device 10:229) opened
 // read-write, or the kernel's first request would fail obscurely.
 Status CheckFuseDescriptor(int fd, const std::string& name) {
@@ -405,12 +373,45 @@ StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const Mou
                             ": is /dev/fuse available and are you root (or is fuse3 installed)?");
   }
   server->mounted_ = !server->adopted_fd();
-  if (server->adopted_fd()) {
-    spdlog::debug("serving the FUSE descriptor {} mounted by the parent", options.mountpoint);
-  } else {
-    SetReadAhead(options.mountpoint, options.read_ahead);
-  }
+  if (server->adopted_fd()) spdlog::debug("serving the FUSE descriptor {} mounted by the parent", options.mountpoint);
   return server;
+}
+
+// Written once mounted, before or after the kernel takes the INIT reply: the
+// reply's max_readahead (kInitMaxReadahead) is above any value asked, so the
+// kernel's min() with it keeps this one. As gcsfuse does, through sysfs.
+void FuseServer::SetReadahead(uint64_t bytes) {
+  const uint64_t want_kib = bytes >> 10;
+  auto warn = [this](const std::string& message) {
+    if (read_ahead_warned_) return spdlog::debug("{}", message);
+    read_ahead_warned_ = true;
+    spdlog::warn("{}", message);
+  };
+  if (read_ahead_path_.empty()) {
+    std::optional<std::string> device = MountDevice(CanonicalMountPath(options_.mountpoint));
+    if (!device) {
+      return warn("read_ahead: " + options_.mountpoint +
+                  " not found in /proc/self/mountinfo; keeping the kernel's readahead");
+    }
+    read_ahead_path_ = "/sys/class/bdi/" + *device + "/read_ahead_kb";
+  }
+  std::ofstream out(read_ahead_path_);
+  out << want_kib << '\n';
+  out.flush();
+  const bool written = static_cast<bool>(out);
+  const int err = errno;
+  out.close();
+  std::optional<uint64_t> in_force = ReadKib(read_ahead_path_);
+  const std::string in_force_text = in_force ? std::to_string(*in_force) + " KiB" : std::string("unknown");
+  if (!written) {
+    warn("read_ahead=" + std::to_string(want_kib) + " KiB: cannot write " + read_ahead_path_ + " (" +
+         std::strerror(err) + "; writing it needs root); the readahead in force is " + in_force_text);
+  } else if (in_force != want_kib) {
+    warn("read_ahead=" + std::to_string(want_kib) + " KiB: the kernel keeps " + read_ahead_path_ + " at " +
+         in_force_text);
+  } else {
+    spdlog::debug("read_ahead: {} KiB in force for the files opened from now on ({})", *in_force, read_ahead_path_);
+  }
 }
 
 Status FuseServer::Run() {

@@ -71,6 +71,13 @@ class FuseServer {
   // True when serving a descriptor handed over as /dev/fd/N.
   bool adopted_fd() const { return fuse_fd_ >= 0; }
 
+  // Sets the kernel readahead of the mount (its bdi's read_ahead_kb), for the
+  // files opened from now on, and reads it back: a value the kernel rounds or
+  // refuses (writing it needs root) is a warning naming the value in force,
+  // once; the mount works without it. Calls must not overlap (ReadEngine's
+  // readahead sink serialises them). Not for an adopted descriptor.
+  void SetReadahead(uint64_t bytes);
+
  private:
   FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
       : ns_(ns), options_(options), metrics_(metrics) {}
@@ -87,6 +94,8 @@ class FuseServer {
   // failed requests: one warning a second
   LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
   std::atomic<uint64_t> next_reader_{1};  // the handle of the next file opened (0: no reader)
+  std::string read_ahead_path_;  // the bdi's read_ahead_kb, once found (SetReadahead)
+  bool read_ahead_warned_ = false;
 
   friend struct FuseHandlers;
 };

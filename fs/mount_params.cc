@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "core/engine/readahead_policy.h"
 #include "fs/fuse_server.h"
 
 namespace tensorfs {
@@ -19,7 +20,12 @@ MountParams MountParamsFor(const MountOptions& options, uid_t uid, gid_t gid) {
   p.data = "rootmode=40000,user_id=" + std::to_string(uid) + ",group_id=" + std::to_string(gid) +
            ",default_permissions,max_read=" + std::to_string(FuseServer::kMaxRead);
   if (options.allow_other) p.data += ",allow_other";
-  p.read_ahead_kb = options.read_ahead == 0 ? kKernelDefaultReadAheadKb : static_cast<unsigned>(options.read_ahead >> 10);
+  // The readahead the mount's files start with (readahead_policy.h); serving a
+  // descriptor, tensorfs cannot change it later, so it stays.
+  const uint64_t wanted = ReadaheadPolicy(ReadaheadPolicy::ForMount(options.given.contains("read_ahead"),
+                                                                    options.read_ahead, options.engine.shard_world > 0))
+                              .Wanted();
+  p.read_ahead_kb = wanted == 0 ? kKernelDefaultReadAheadKb : static_cast<unsigned>(wanted >> 10);
   return p;
 }
 

@@ -143,9 +143,13 @@ int MountAndServe(const MountOptions& options) {
   StatusOr<std::unique_ptr<ObjectStore>> store = OpenStore(options, &metrics);
   if (!store.ok()) return fail(SourceExitStatus(store.status()), store.status());
   EngineOptions engine_options = options.engine;
-  // Read-around margins follow the readahead this mount asks for; in descriptor
-  // mode the parent sets it and the engine takes the kernel's default.
-  if (!FuseFdOfMountPoint(options.mountpoint)) engine_options.readahead = options.read_ahead;
+  // The readahead the mount's files get, by kind of reader (readahead_policy.h);
+  // in descriptor mode the parent sets it once (--print-mount-params) and the
+  // engine takes the kernel's default for its margins.
+  if (!FuseFdOfMountPoint(options.mountpoint)) {
+    engine_options.readahead = ReadaheadPolicy::ForMount(options.given.contains("read_ahead"), options.read_ahead,
+                                                         options.engine.shard_world > 0);
+  }
   if (const char* trace = std::getenv("TENSORFS_TRACE_READS")) engine_options.trace_reads = trace;  // see read_trace.h
   ReadEngine engine(**store, engine_options, metrics);
   StatusOr<LayerGrouper> grouper = LayerGrouper::Create(options.layer_regex);
@@ -167,6 +171,10 @@ int MountAndServe(const MountOptions& options) {
     }
     prometheus = std::move(*started);
     spdlog::info("serving metrics at http://{}:{}/metrics", options.prometheus_address, prometheus->port());
+  }
+  if (!(*server)->adopted_fd()) {
+    FuseServer* mounted = server->get();
+    engine.SetReadaheadSink([mounted](uint64_t bytes) { mounted->SetReadahead(bytes); });
   }
   ServiceNotifier notifier(options.source, options.mountpoint);  // systemd: READY=1, STOPPING=1
   (*server)->OnStopping([&notifier] { notifier.Stopping(); });

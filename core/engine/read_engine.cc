@@ -28,8 +28,9 @@ Status EngineOptions::Validate() const {
   if (chunk_size < (64u << 10) || chunk_size > (1u << 30)) {
     return InvalidArgumentError("chunk_size must lie between 64 KiB and 1 GiB");
   }
-  if (readahead > (1ull << 30)) {
-    return InvalidArgumentError("readahead " + Mib(readahead) + " is over 1 GiB: the kernel's readahead is at most that");
+  if (std::max({readahead.unknown, readahead.whole, readahead.slice}) > (1ull << 30)) {
+    return InvalidArgumentError("readahead " + Mib(std::max({readahead.unknown, readahead.whole, readahead.slice})) +
+                                " is over 1 GiB: the kernel's readahead is at most that");
   }
   if (max_fetches < 1 || max_fetches > 1024) {
     return InvalidArgumentError("max_fetches must lie between 1 and 1024");
@@ -64,12 +65,14 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
                        std::shared_ptr<BufferPool> pool)
     : store_(store),
       options_(options),
-      tuning_(Tuning::For(options.chunk_size, options.readahead)),
+      tuning_(Tuning::For(options.chunk_size, options.readahead.unknown, options.readahead.slice)),
       metrics_(metrics),
       pool_(pool != nullptr ? std::move(pool)
                             : std::make_shared<BufferPool>(BufferPool::Options::ForCache(options.cache_size))),
       cache_(options.cache_size, options.consumed_keep, metrics),
-      learner_(tuning_) {
+      learner_(tuning_),
+      readahead_(options.readahead),
+      readahead_wanted_(readahead_.Wanted()) {
   if (options_.shard_world > 0) {
     patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world, tuning_)});
   }
@@ -139,14 +142,63 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
     for (auto i = readers_.begin(); i != readers_.end(); ++i) {
       if (i != it && (oldest == readers_.end() || i->second.last_used < oldest->second.last_used)) oldest = i;
     }
+    SetKind(oldest->second, ReadaheadPolicy::Kind::kUnknown);
     readers_.erase(oldest);
   }
   return r;
 }
 
 void ReadEngine::ReleaseReader(ReaderId reader) {
+  {
+    MutexLock lock(mu_);
+    auto it = readers_.find(reader);
+    if (it == readers_.end()) return;
+    SetKind(it->second, ReadaheadPolicy::Kind::kUnknown);
+    readers_.erase(it);
+  }
+  if (readahead_changed_.load(std::memory_order_relaxed)) ApplyReadahead();
+}
+
+void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
+  if (r.kind == kind) return;
+  readahead_.Change(r.kind, kind);
+  r.kind = kind;
+  const uint64_t wanted = readahead_.Wanted();
+  if (wanted == readahead_wanted_) return;
+  if (readahead_wanted_ != 0) {
+    spdlog::info("files opened from now on get a readahead of {} KiB ({} readers)", wanted >> 10,
+                 kind == ReadaheadPolicy::Kind::kSlice ? "slice" : "whole-tensor");
+  }
+  readahead_wanted_ = wanted;
+  readahead_changed_.store(true, std::memory_order_relaxed);
+}
+
+void ReadEngine::SetReadaheadSink(std::function<void(uint64_t)> sink) {
+  {
+    MutexLock lock(readahead_mu_);
+    readahead_sink_ = std::move(sink);
+    readahead_applied_ = UINT64_MAX;
+  }
+  ApplyReadahead();
+}
+
+uint64_t ReadEngine::WantedReadahead() {
   MutexLock lock(mu_);
-  readers_.erase(reader);
+  return readahead_wanted_;
+}
+
+void ReadEngine::ApplyReadahead() {
+  MutexLock sink_lock(readahead_mu_);
+  if (!readahead_sink_) return;
+  uint64_t wanted = 0;
+  {
+    MutexLock lock(mu_);
+    wanted = readahead_wanted_;
+    readahead_changed_.store(false, std::memory_order_relaxed);
+  }
+  if (wanted == readahead_applied_) return;
+  readahead_applied_ = wanted;
+  if (wanted != 0) readahead_sink_(wanted);
 }
 
 void ReadEngine::PruneObjects() {
@@ -561,6 +613,14 @@ bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRan
 
 ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {
   const ChunkPlan& plan = *state.plan;
+  if (readahead_wanted_ != 0 && readahead_wanted_ < tuning_.readahead && readahead_wanted_ == options_.readahead.slice) {
+    // Files are opened at the slice readahead: the kernel reads no further
+    // around a slice than that, whatever margins were learned at the larger one.
+    SlicePattern narrow = pattern;
+    narrow.before = std::min(narrow.before, tuning_.slice_read_around_half);
+    narrow.after = std::min(narrow.after, 2 * tuning_.slice_read_around_half);
+    return narrow.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
+  }
   return pattern.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
 }
 
@@ -847,6 +907,14 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
                               .delivered = hints.delivered, .within = hints.within.has_value(), .object = object.name});
   }
   if (offset >= object.size || size == 0) return done(ReadResult{});
+  // What this read teaches of its reader may change the readahead of the
+  // mount's next files: handed to the sink once mu_ is released.
+  struct ApplyAfter {
+    ReadEngine* engine;
+    ~ApplyAfter() {
+      if (engine->readahead_changed_.load(std::memory_order_relaxed)) engine->ApplyReadahead();
+    }
+  } apply_readahead{this};
   auto op = std::make_shared<ReadOp>();
   op->object = object.id();
   op->range = ByteRange{offset, std::min<uint64_t>(size, object.size - offset)};
@@ -889,6 +957,14 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       learner = &r.learner;
     }
     if (kernel_read) mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end);
+    if (kernel_read && op->hints.reader.value != 0) {
+      ReaderState& r = readers_.at(op->hints.reader);
+      if (reader->reads < reader->whole_until) {
+        SetKind(r, ReadaheadPolicy::Kind::kWhole);
+      } else if (mode == Mode::kSlice) {
+        SetKind(r, ReadaheadPolicy::Kind::kSlice);
+      }
+    }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
       StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on

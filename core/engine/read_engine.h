@@ -51,6 +51,12 @@
 // Every tuning constant is in Tuning (tuning.h), derived from chunk_size and
 // the kernel's readahead in force (EngineOptions::readahead).
 //
+// Readahead: what the engine learns of its readers (whole-tensor, slice) sets
+// the readahead the mount's next files are opened with (readahead_policy.h),
+// through the sink the FUSE adapter gives (SetReadaheadSink). While slice
+// readers set it, their windows' margins are what the kernel reads around a
+// fault at the slice readahead.
+//
 // State is bounded: objects' state past Tuning::max_objects idle ones, readers'
 // past Tuning::max_readers (and at ReleaseReader), pieces and slice sweeps
 // with the cache entries and patterns they belong to.
@@ -63,10 +69,12 @@
 // cache and the per-object and per-reader state; it is never held across store
 // I/O, while calling a ReadDone or ChunkWaiter, or while unmapping an evicted
 // chunk's buffer (EvictedChunks). Lock order: mu_, then BufferPool's lock
-// (taken when a fetch maps a buffer); ReadTrace's lock is taken alone.
+// (taken when a fetch maps a buffer); ReadTrace's lock is taken alone;
+// readahead_mu_ (the readahead sink's calls) before mu_.
 #ifndef TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 #define TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -82,6 +90,7 @@
 #include "core/engine/chunk_plan.h"
 #include "core/engine/read_result.h"
 #include "core/engine/read_trace.h"
+#include "core/engine/readahead_policy.h"
 #include "core/engine/tuning.h"
 #include "core/metrics/metrics.h"
 #include "core/store/object_store.h"
@@ -104,10 +113,11 @@ struct EngineOptions {
   // windows are prefetched from the first read on. world 0: learn from reads.
   uint64_t shard_rank = 0;
   uint64_t shard_world = 0;
-  // The kernel's readahead in force on the mount (bytes; 0: not known, taken
-  // as the kernel's default 128 KiB). The engine's margins for what the
-  // kernel reads around a reader's pages follow it (see tuning.h).
-  uint64_t readahead = 0;
+  // The kernel readahead the mount's files are opened with, by kind of reader
+  // (see readahead_policy.h; 0s: not set, the kernel's default 128 KiB).
+  // The engine's margins for what the kernel reads around a reader's pages
+  // follow it (see tuning.h).
+  ReadaheadPolicy::Options readahead;
   // When set, every read asked of the engine is recorded in this file (see
   // read_trace.h), for replaying a workload in tests.
   std::string trace_reads;
@@ -198,6 +208,14 @@ class ReadEngine {
   // The file `reader` was opened on is closed: what was learned of it goes.
   void ReleaseReader(ReaderId reader) EXCLUDES(mu_);
 
+  // Where the readahead policy's value goes (the FUSE adapter writes the
+  // mount's bdi): called at once with the value wanted now, then each time
+  // what the engine learns of its readers changes it; never under mu_, one
+  // call at a time, the last call with the value wanted last.
+  void SetReadaheadSink(std::function<void(uint64_t bytes)> sink) EXCLUDES(readahead_mu_, mu_);
+  // The readahead the policy wants for files opened now (0: the kernel's).
+  uint64_t WantedReadahead() EXCLUDES(mu_);
+
   // How much bookkeeping the engine holds (for stats and tests): each is
   // bounded, whatever the number of objects, generations and readers seen.
   struct StateSizes {
@@ -282,6 +300,7 @@ class ReadEngine {
     // ranks interleaved with it would crowd each other out of one learner).
     SliceLearner learner;
     uint64_t last_used = 0;
+    ReadaheadPolicy::Kind kind = ReadaheadPolicy::Kind::kUnknown;  // as told to readahead_
   };
   struct ObjectState {
     ObjectInfo info;
@@ -363,7 +382,7 @@ class ReadEngine {
   static void AddGiven(ObjectState& state, ByteRange range);
   static void RemoveGiven(ObjectState& state, ByteRange range);
   // The window of `pattern` in tensor `index` of `state`'s object.
-  ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const;
+  ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const REQUIRES(mu_);
   // Whether `range` lies within kNearWindow of `window` (a slice reader's
   // kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;
@@ -413,6 +432,10 @@ class ReadEngine {
   // metrics().engine_inconsistencies and logged (rate-limited) with `what`;
   // the caller answers just that read with an error, the mount goes on.
   void Inconsistent(const std::string& what);
+  // Tells the readahead policy that `r` is now of `kind`.
+  void SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) REQUIRES(mu_);
+  // Hands the policy's value to the sink if it changed (see SetReadaheadSink).
+  void ApplyReadahead() EXCLUDES(readahead_mu_, mu_);
 
   ObjectStore& store_;
   const EngineOptions options_;
@@ -438,6 +461,14 @@ class ReadEngine {
   uint64_t next_stream_id_ GUARDED_BY(mu_) = 1;
   std::deque<uint64_t> recent_streams_ GUARDED_BY(mu_);   // ids of the last kActiveReads stream reads
   std::map<uint64_t, int> streams_read_ GUARDED_BY(mu_);  // id -> its reads among them
+  ReadaheadPolicy readahead_ GUARDED_BY(mu_);
+  uint64_t readahead_wanted_ GUARDED_BY(mu_) = 0;  // readahead_.Wanted() when last looked at
+  std::atomic<bool> readahead_changed_{false};        // readahead_wanted_ not yet handed to the sink
+  // Serialises the sink's calls, so that the last one carries the last value.
+  // Lock order: readahead_mu_, then mu_.
+  Mutex readahead_mu_ ACQUIRED_BEFORE(mu_);
+  std::function<void(uint64_t)> readahead_sink_ GUARDED_BY(readahead_mu_);
+  uint64_t readahead_applied_ GUARDED_BY(readahead_mu_) = UINT64_MAX;
   std::vector<std::thread> workers_;
   std::unique_ptr<ReadTrace> trace_;  // see EngineOptions::trace_reads
   LogRateLimiter inconsistency_log_{std::chrono::seconds(10), "engine inconsistencies"};

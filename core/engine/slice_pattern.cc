@@ -43,8 +43,8 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
 SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world, const Tuning& tuning) {
   // The kernel's read-around for an mmap fault is its readahead, centred on
   // the fault; readahead runs up to that far past a sequential reader.
-  return SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = world, .before = tuning.read_around_half,
-                      .after = 2 * tuning.read_around_half};
+  return SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = world, .before = tuning.slice_read_around_half,
+                      .after = 2 * tuning.slice_read_around_half};
 }
 
 ByteRange SlicePattern::Core(const TensorSpan& t) const {

@@ -4,13 +4,15 @@
 
 namespace tensorfs {
 
-Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead) {
+Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_readahead) {
   Tuning t;
   // A readahead the kernel does not use (0: not known) is taken as its default;
   // below a page it reads a page.
   t.readahead = readahead == 0 ? kDefaultReadahead : std::max(readahead, t.page);
   const uint64_t half = std::max(t.page, (t.readahead / 2) & ~(t.page - 1));
   t.read_around_half = half;
+  const uint64_t slice = slice_readahead == 0 ? t.readahead : std::max(slice_readahead, t.page);
+  t.slice_read_around_half = std::min(half, std::max(t.page, (slice / 2) & ~(t.page - 1)));
   t.touch_gap = half;
   t.coalesce_gap = half;
   t.copy_tail_max = 8 * half;

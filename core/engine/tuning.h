@@ -24,7 +24,9 @@ struct Tuning {
   static constexpr uint64_t kDefaultReadahead = 128 << 10;
 
   // `readahead`: the readahead in force on the mount, in bytes; 0 when unknown.
-  static Tuning For(uint64_t chunk_size, uint64_t readahead);
+  // `slice_readahead`: the one slice readers' files get (readahead_policy.h);
+  // 0: the same.
+  static Tuning For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_readahead = 0);
 
   // --- What the kernel does.
   uint64_t page = 4096;
@@ -32,6 +34,8 @@ struct Tuning {
   // Half the read-around of an mmap fault: bytes the kernel reads on either
   // side of a faulting page (64 KiB at the default readahead).
   uint64_t read_around_half = kDefaultReadahead / 2;
+  // The same for files opened at the slice readahead: a slice's margins.
+  uint64_t slice_read_around_half = kDefaultReadahead / 2;
 
   // --- Access model (per reader): how its reads are told apart.
   // Reads closer than this to a touched range extend it (readahead requests

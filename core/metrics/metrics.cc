@@ -105,6 +105,9 @@ nlohmann::json Metrics::ToJson() const {
                   {"exhausted", load(retries.exhausted)}};
   j["reads_failed_eio"] = load(reads_failed_eio);
   j["engine_inconsistencies"] = load(engine_inconsistencies);
+  nlohmann::json sizes = nlohmann::json::object();
+  for (size_t i = 0; i < kReadSizeBuckets; ++i) sizes[std::to_string(4096ull << i)] = load(read_sizes[i]);
+  j["fuse_read_sizes"] = std::move(sizes);
   return j;
 }
 

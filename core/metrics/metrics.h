@@ -95,13 +95,25 @@ struct Metrics {
   // (a bug, logged once per kind): the mount keeps serving the other reads.
   std::atomic<uint64_t> engine_inconsistencies{0};
 
+  // FUSE read requests by the size the kernel asked for, rounded up to a power
+  // of two: index i counts sizes in (2^(11+i), 2^(12+i)] bytes, 4 KiB to 1 MiB
+  // (the largest, max_read); smaller ones count in the first, larger in the last.
+  static constexpr size_t kReadSizeBuckets = 9;
+  std::array<std::atomic<uint64_t>, kReadSizeBuckets> read_sizes{};
+  void CountReadSize(uint64_t size) {
+    size_t i = 0;
+    while (i + 1 < kReadSizeBuckets && (4096ull << i) < size) ++i;
+    read_sizes[i].fetch_add(1, std::memory_order_relaxed);
+  }
+
   void CountError(ErrorCode code) { errors_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
 
   // {"read_requests": .., ..., "errors": {"UNAVAILABLE": n, ...},
   //  "fetch_latency": {"count", "sum_seconds", "p50", "p90", "p99", "buckets": [[le, n], ...]},
   //  "retries": {"total": n, "by_cause": {"http_503": n, "connect": n, ...}, "resumed_bytes": n,
   //              "exhausted": n},
-  //  "reads_failed_eio": n, "engine_inconsistencies": n}
+  //  "reads_failed_eio": n, "engine_inconsistencies": n,
+  //  "fuse_read_sizes": {"4096": n, "8192": n, ..., "1048576": n}}
   nlohmann::json ToJson() const;
 };
 

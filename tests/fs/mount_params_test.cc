@@ -22,13 +22,17 @@ TEST(MountParamsTest, DefaultsAreReadOnlyWithTheSessionsMaxRead) {
   EXPECT_EQ(p.fstype, "fuse.tensorfs");
   EXPECT_EQ(p.flags, static_cast<unsigned long>(MS_NOSUID | MS_NODEV | MS_RDONLY));
   EXPECT_EQ(p.data, "rootmode=40000,user_id=0,group_id=0,default_permissions,max_read=1048576");
-  EXPECT_EQ(p.read_ahead_kb, 128u);
+  EXPECT_EQ(p.read_ahead_kb, 128u);  // the kernel default: nothing known of the readers yet
 }
 
 TEST(MountParamsTest, AllowOtherAndReadAheadFollowTheOptions) {
   MountParams p = MountParamsFor(Parsed("allow_other,read_ahead=16M"), 65534, 65534);
   EXPECT_EQ(p.data, "rootmode=40000,user_id=65534,group_id=65534,default_permissions,max_read=1048576,allow_other");
   EXPECT_EQ(p.read_ahead_kb, 16384u);
+}
+
+TEST(MountParamsTest, ShardAsksForTheSliceReadahead) {
+  EXPECT_EQ(MountParamsFor(Parsed("shard=1/4"), 0, 0).read_ahead_kb, 32u);
 }
 
 TEST(MountParamsTest, RenderedAsKeyValueLines) {

@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <thread>
 
 #include "tests/support/checkpoint_gen.h"
@@ -24,7 +29,7 @@ nlohmann::json Stats(const std::string& mountpoint) {
   return nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
 }
 
-class SliceMountTest : public ::testing::TestWithParam<std::string> {
+class SliceCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // bf16, hidden 1024: tensors of 2 to 16 MiB, about 75 MiB in 2 shards.
@@ -57,6 +62,8 @@ class SliceMountTest : public ::testing::TestWithParam<std::string> {
   std::vector<std::string> shards_;
   uint64_t total_ = 0;
 };
+
+class SliceMountTest : public SliceCheckpointTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(SliceMountTest, SliceReaderFetchesItsSliceNotTheCheckpoint) {
   std::string error;
@@ -95,6 +102,117 @@ TEST_P(SliceMountTest, ShardOptionFetchesItsSliceFromTheStart) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, SliceMountTest, ::testing::Values("storage", "random"));
+
+// The mount's readahead now (its bdi's read_ahead_kb, KiB): what files opened
+// now get.
+long ReadAheadKib(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) return -1;
+  std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                   "/read_ahead_kb");
+  long kib = -1;
+  in >> kib;
+  return kib;
+}
+
+// The FUSE read requests the kernel sent, by size (rounded up to a power of two).
+std::map<uint64_t, uint64_t> ReadSizes(const std::string& mountpoint) {
+  std::map<uint64_t, uint64_t> sizes;
+  const nlohmann::json stats = Stats(mountpoint);
+  if (!stats.contains("fuse_read_sizes")) return sizes;
+  for (auto it = stats["fuse_read_sizes"].begin(); it != stats["fuse_read_sizes"].end(); ++it) {
+    sizes[std::stoull(it.key())] = it.value().get<uint64_t>();
+  }
+  return sizes;
+}
+
+// The requests made between two ReadSizes: how many, and how many larger than `limit`.
+std::pair<uint64_t, uint64_t> CountAndOver(const std::map<uint64_t, uint64_t>& before,
+                                           const std::map<uint64_t, uint64_t>& after, uint64_t limit) {
+  uint64_t count = 0, over = 0;
+  for (const auto& [size, n] : after) {
+    const uint64_t made = n - (before.contains(size) ? before.at(size) : 0);
+    count += made;
+    if (size > limit) over += made;
+  }
+  return {count, over};
+}
+
+// A file's header is read with read() (Python's buffered reads of st_blksize),
+// which the readahead does not limit: at most this many such requests a file.
+constexpr uint64_t kHeaderReads = 2;
+
+// A host's slice reader on a mount with no options: its first file is read
+// at the kernel's default readahead, where its slice is learned; files opened
+// after that get the slice readahead, so each fault reads little beyond the
+// slice.
+TEST_F(SliceCheckpointTest, LearnedSliceReaderGetsTheSliceReadaheadForItsNextFiles) {
+  std::string error;
+  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(ReadAheadKib(mount->path()), 128) << "the kernel's default while nothing is known";
+  ASSERT_EQ(shards_.size(), 2u);
+  const std::vector<std::string> all = shards_;
+  shards_ = {all[0]};
+  ASSERT_GT(ReadSlices(mount->path(), 1, 4, "storage"), 0u);
+  EXPECT_EQ(ReadAheadKib(mount->path()), 32) << mount->Log();
+  const auto before = ReadSizes(mount->path());
+  shards_ = {all[1]};
+  ASSERT_GT(ReadSlices(mount->path(), 1, 4, "storage"), 0u);
+  const auto [count, over] = CountAndOver(before, ReadSizes(mount->path()), 32 << 10);
+  EXPECT_GT(count, 0u) << Stats(mount->path()).dump();
+  EXPECT_LE(over, kHeaderReads) << "the second file's faults read more than the slice readahead around them: "
+                                << Stats(mount->path()).dump();
+}
+
+// A whole-tensor reader (every row of every tensor, through numpy.memmap):
+// its first file is read at the kernel's default, and files opened once it is
+// known get the whole readahead, read in requests of up to 1 MiB.
+TEST_F(SliceCheckpointTest, WholeReaderGetsTheWholeReadaheadForItsNextFiles) {
+  std::string error;
+  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  const std::vector<std::string> all = shards_;
+  shards_ = {all[0]};
+  auto before = ReadSizes(mount->path());
+  ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);
+  auto [count, over] = CountAndOver(before, ReadSizes(mount->path()), 128 << 10);
+  EXPECT_GT(count, 0u) << Stats(mount->path()).dump();
+  EXPECT_EQ(over, 0u) << "the first file is read at the kernel's default: " << Stats(mount->path()).dump();
+  EXPECT_EQ(ReadAheadKib(mount->path()), 1024) << mount->Log();
+  before = ReadSizes(mount->path());
+  shards_ = {all[1]};
+  ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);
+  const auto [count2, over_half] = CountAndOver(before, ReadSizes(mount->path()), 512 << 10);
+  const auto [unused, of_1m] = CountAndOver(before, ReadSizes(mount->path()), 1 << 20);
+  EXPECT_EQ(of_1m, 0u) << "no request is larger than max_read";
+  EXPECT_GT(over_half, count2 / 4) << "the next file is read in requests of up to 1 MiB: " << Stats(mount->path()).dump();
+}
+
+// -o shard=R/N says the process reads slices: every file gets the slice
+// readahead from the start.
+TEST_F(SliceCheckpointTest, ShardOptionGivesTheSliceReadaheadFromTheStart) {
+  std::string error;
+  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none,shard=1/4"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(ReadAheadKib(mount->path()), 32);
+  ASSERT_GT(ReadSlices(mount->path(), 1, 4, "storage"), 0u);
+  const auto [count, over] = CountAndOver({}, ReadSizes(mount->path()), 32 << 10);
+  EXPECT_GT(count, 0u) << Stats(mount->path()).dump();
+  EXPECT_LE(over, kHeaderReads * shards_.size()) << Stats(mount->path()).dump();
+}
+
+// -o read_ahead= is the user's: it stays whatever the readers do.
+TEST_F(SliceCheckpointTest, ReadAheadGivenStaysWhateverTheReaders) {
+  std::string error;
+  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none,read_ahead=256K"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(ReadAheadKib(mount->path()), 256);
+  ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);
+  EXPECT_EQ(ReadAheadKib(mount->path()), 256);
+  ASSERT_GT(ReadSlices(mount->path(), 1, 4, "storage"), 0u);
+  EXPECT_EQ(ReadAheadKib(mount->path()), 256);
+}
 
 TEST(SliceOptionTest, MalformedShardIsRefusedWithTheForm) {
   TempDir source;

@@ -75,10 +75,24 @@ class ReaderStateTest : public ::testing::Test {
   void InterleaveWholeAndSliceReaders(int whole_readers, const std::vector<uint64_t>& ranks, uint64_t world) {
     ControlledStore store(checkpoint_.memory, /*hold=*/false);
     ReadEngine engine(store, Options(), metrics_);
+    ReadInterleaved(engine, whole_readers, ranks, world, /*first_reader=*/100);
+    if (::testing::Test::HasFatalFailure()) return;
+    const std::vector<SlicePattern> learned = engine.SlicePatterns();
+    for (uint64_t rank : ranks) {
+      const SlicePattern want{.lo_num = rank, .hi_num = rank + 1, .den = world};
+      EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) { return p.SameSlice(want); }))
+          << "rank " << rank << " of " << world << " not learned";
+    }
+  }
+
+  // The kernel reads of `whole_readers` whole-tensor readers and of slice
+  // readers of `ranks` of `world`, readers numbered from `first_reader`.
+  void ReadInterleaved(ReadEngine& engine, int whole_readers, const std::vector<uint64_t>& ranks, uint64_t world,
+                       uint64_t first_reader) {
     Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{1}, ByteRange{0, 8}});
     const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
     std::vector<std::vector<KernelRead>> lists;
-    uint64_t next_reader = 100;
+    uint64_t next_reader = first_reader;
     for (int w = 0; w < whole_readers; ++w) {
       std::vector<KernelRead>& list = lists.emplace_back();
       const ReaderId id{next_reader++};
@@ -105,12 +119,6 @@ class ReaderStateTest : public ::testing::Test {
       }
       if (!any) break;
     }
-    const std::vector<SlicePattern> learned = engine.SlicePatterns();
-    for (uint64_t rank : ranks) {
-      const SlicePattern want{.lo_num = rank, .hi_num = rank + 1, .den = world};
-      EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) { return p.SameSlice(want); }))
-          << "rank " << rank << " of " << world << " not learned";
-    }
   }
 
   SingleShardCheckpoint checkpoint_;
@@ -123,6 +131,53 @@ class ReaderStateTest : public ::testing::Test {
 // theirs and teach nothing).
 TEST_F(ReaderStateTest, TwoWholeAndTwoSliceReadersInterleavedEachKeepTheirPattern) {
   InterleaveWholeAndSliceReaders(2, {0, 2}, 4);
+}
+
+// What the engine learns of its readers sets the readahead of the files
+// opened next (readahead_policy.h), handed to the sink the mount gives.
+class ReadaheadSinkTest : public ReaderStateTest {
+ protected:
+  EngineOptions Options() const {
+    EngineOptions o = ReaderStateTest::Options();
+    o.readahead = ReadaheadPolicy::ForMount(false, 0, false);
+    return o;
+  }
+  std::vector<uint64_t> applied_;  // the sink's calls, in order
+};
+
+TEST_F(ReadaheadSinkTest, SliceReaderLearnedSetsTheSliceReadahead) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  EXPECT_EQ(applied_, std::vector<uint64_t>{128 << 10});
+  ReadInterleaved(engine, 0, {1}, 4, /*first_reader=*/100);
+  engine.ReleaseReader(ReaderId{100});
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kSliceDefault}));
+  EXPECT_EQ(engine.WantedReadahead(), ReadaheadPolicy::kSliceDefault);
+}
+
+TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWhileItReads) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  ReadInterleaved(engine, 1, {0, 2}, 4, /*first_reader=*/100);
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kWholeDefault}));
+  // Once the whole reader's file is closed, a slice reader learned anew sets it.
+  engine.ReleaseReader(ReaderId{100});
+  ReadInterleaved(engine, 0, {3}, 4, /*first_reader=*/200);
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceDefault);
+}
+
+TEST_F(ReadaheadSinkTest, ShardGivesTheSliceReadaheadFromTheStart) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  EngineOptions o = Options();
+  o.readahead = ReadaheadPolicy::ForMount(false, 0, true);
+  o.shard_rank = 1;
+  o.shard_world = 4;
+  ReadEngine engine(store, o, metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  ReadInterleaved(engine, 1, {1}, 4, /*first_reader=*/100);
+  EXPECT_EQ(applied_, std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault});
 }
 
 // Sixteen readers: twelve whole-tensor readers and four slice readers of

@@ -1,0 +1,34 @@
+#include "core/engine/readahead_policy.h"
+
+namespace tensorfs {
+
+ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uint64_t read_ahead, bool shard) {
+  if (explicit_read_ahead) return Options{.unknown = read_ahead, .whole = read_ahead, .slice = read_ahead, .fixed = true};
+  return Options{.unknown = kUnknownDefault, .whole = kWholeDefault, .slice = kSliceDefault, .slice_only = shard};
+}
+
+uint64_t ReadaheadPolicy::Wanted() const {
+  if (options_.fixed) return options_.unknown;
+  if (options_.slice_only) return options_.slice;
+  switch (mode_) {
+    case Kind::kWhole:
+      return options_.whole;
+    case Kind::kSlice:
+      return options_.slice;
+    case Kind::kUnknown:
+      break;
+  }
+  return options_.unknown;
+}
+
+void ReadaheadPolicy::Change(Kind before, Kind after) {
+  if (before == after) return;
+  if (before == Kind::kWhole) --whole_open_;
+  if (after == Kind::kWhole) {
+    ++whole_open_;
+    mode_ = Kind::kWhole;
+  }
+  if (after == Kind::kSlice && whole_open_ == 0) mode_ = Kind::kSlice;
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,87 @@
+// ReadaheadPolicy: the kernel readahead a mount's files are opened with.
+//
+// The kernel reads ahead of a reader, and around each mmap fault, by the
+// readahead of its open file, and a file takes the mount's readahead (its
+// bdi's read_ahead_kb) when it is opened: a later change of the bdi leaves the
+// files already open as they are. A mount therefore has one readahead at a
+// time, and the way to give one kind of reader a readahead of its own is to
+// set the mount's before that reader opens its next file.
+//
+// Three values (see the defaults below for how they were chosen):
+//   - `unknown`, for files opened before anything is known of the mount's
+//     readers: the kernel's default, at which the engine tells readers apart
+//     and learns slices (a larger read-around hides a slice of a few hundred
+//     KiB among its neighbours' bytes);
+//   - `whole`, once a reader of whole tensors is seen: large enough that the
+//     kernel keeps enough 1 MiB FUSE requests in flight for the bytes the
+//     engine prefetched to flow;
+//   - `slice`, once a slice reader (one host of a sharded job reading a part
+//     of every tensor) is learned while no whole-tensor reader has a file
+//     open: each mmap fault reads little beyond the slice, so that bytes of
+//     the neighbouring hosts' slices are neither fetched nor sent.
+// `-o read_ahead=` given: that value for every file, never changed. `-o
+// shard=R/N` given: `slice` from the start (the process says it reads slices).
+// The last kind seen stays in force after its readers' files are closed (a
+// loader's next file is opened by a new reader once the last one is closed).
+// Only files opened after a change get the new value: a loader's first file
+// is read at `unknown`. Limits: one value for the whole mount at a time, so a
+// whole-tensor reader and a slice reader reading at once both get `whole`;
+// a slice reader coming to a mount set for whole readers has its first file
+// read at `whole`, where slices smaller than half of it are not learned
+// (give it -o shard=).
+//
+// Pure logic: ReadEngine tells it what its readers are and applies Wanted()
+// through a sink (the FUSE adapter writes the bdi).
+//
+// Thread-safety: none of its own; ReadEngine calls it under its mutex.
+#ifndef TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_
+#define TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_
+
+#include <cstdint>
+
+namespace tensorfs {
+
+class ReadaheadPolicy {
+ public:
+  // What a reader (one open file) is known to be doing.
+  enum class Kind { kUnknown, kWhole, kSlice };
+
+  struct Options {
+    uint64_t unknown = 0;  // bytes; 0: the kernel's, left as it is
+    uint64_t whole = 0;
+    uint64_t slice = 0;
+    bool fixed = false;       // read_ahead= given: `unknown` is that value, always
+    bool slice_only = false;  // shard= given: `slice`, always
+  };
+
+  // The values by measurement (bench/README.md, "Readahead"): for whole
+  // readers the one at which mmap copies, `cat` and concurrent readers were
+  // fastest through the mount; for slice readers the smallest that cost
+  // their loads no time, as a fault then reads little past the slice.
+  static constexpr uint64_t kUnknownDefault = 128 << 10;  // the kernel's own
+  static constexpr uint64_t kWholeDefault = 1 << 20;
+  static constexpr uint64_t kSliceDefault = 32 << 10;
+
+  // `read_ahead`: the value given with -o read_ahead (explicit: whether it
+  // was given at all); `shard`: whether -o shard= was given.
+  static Options ForMount(bool explicit_read_ahead, uint64_t read_ahead, bool shard);
+
+  explicit ReadaheadPolicy(Options options) : options_(options) {}
+
+  // The readahead files opened now should get; 0 when the policy leaves the
+  // kernel's as it is.
+  uint64_t Wanted() const;
+
+  // A reader's kind went from `before` to `after` (kUnknown for a reader
+  // opened or closed).
+  void Change(Kind before, Kind after);
+
+ private:
+  const Options options_;
+  int whole_open_ = 0;  // readers known to read whole tensors, with a file open
+  Kind mode_ = Kind::kUnknown;  // the kind whose value is in force
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_

@@ -1,0 +1,90 @@
+// Which kernel readahead a mount's files get, and when (readahead_policy.h).
+#include "core/engine/readahead_policy.h"
+
+#include <gtest/gtest.h>
+
+#include "core/engine/tuning.h"
+
+namespace tensorfs {
+namespace {
+
+using Kind = ReadaheadPolicy::Kind;
+
+ReadaheadPolicy Learned() { return ReadaheadPolicy(ReadaheadPolicy::ForMount(false, 0, false)); }
+
+TEST(ReadaheadPolicyTest, NothingKnownGivesTheKernelsDefault) {
+  EXPECT_EQ(Learned().Wanted(), 128u << 10);
+}
+
+TEST(ReadaheadPolicyTest, WholeReaderSeenGivesTheWholeReadahead) {
+  ReadaheadPolicy p = Learned();
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+}
+
+TEST(ReadaheadPolicyTest, SliceReaderLearnedGivesTheSliceReadahead) {
+  ReadaheadPolicy p = Learned();
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
+}
+
+TEST(ReadaheadPolicyTest, TheLastKindStaysOnceItsFilesAreClosed) {
+  ReadaheadPolicy p = Learned();
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  p.Change(Kind::kSlice, Kind::kUnknown);  // the host's file is closed; its next one opens now
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  p.Change(Kind::kWhole, Kind::kUnknown);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+}
+
+TEST(ReadaheadPolicyTest, SliceReaderWhileAWholeReaderIsOpenKeepsTheWholeReadahead) {
+  ReadaheadPolicy p = Learned();
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+  p.Change(Kind::kWhole, Kind::kUnknown);  // the whole reader is done
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault) << "nothing new learned yet";
+  p.Change(Kind::kUnknown, Kind::kSlice);  // another slice reader
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
+}
+
+TEST(ReadaheadPolicyTest, WholeReaderSeenAfterSliceReadersRaisesItAgain) {
+  ReadaheadPolicy p = Learned();
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+}
+
+TEST(ReadaheadPolicyTest, ShardGivesTheSliceReadaheadFromTheStartAndKeepsIt) {
+  ReadaheadPolicy p(ReadaheadPolicy::ForMount(false, 0, true));
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
+}
+
+TEST(ReadaheadPolicyTest, ReadAheadGivenIsKeptWhateverTheReaders) {
+  ReadaheadPolicy p(ReadaheadPolicy::ForMount(true, 16 << 20, true));
+  EXPECT_EQ(p.Wanted(), 16u << 20);
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(p.Wanted(), 16u << 20);
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  EXPECT_EQ(p.Wanted(), 16u << 20);
+}
+
+TEST(ReadaheadPolicyTest, ReadAheadZeroGivenLeavesTheKernelsAlone) {
+  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(true, 0, false)).Wanted(), 0u);
+}
+
+// A slice's margins are what the kernel reads around a fault at the slice
+// readahead, never more than at the readahead the engine learns at.
+TEST(ReadaheadPolicyTest, SliceMarginsFollowTheSliceReadahead) {
+  const Tuning t = Tuning::For(8 << 20, 128 << 10, ReadaheadPolicy::kSliceDefault);
+  EXPECT_EQ(t.read_around_half, 64u << 10);
+  EXPECT_EQ(t.slice_read_around_half, ReadaheadPolicy::kSliceDefault / 2);
+  EXPECT_EQ(Tuning::For(8 << 20, 128 << 10, 1 << 20).slice_read_around_half, 64u << 10);
+  EXPECT_EQ(Tuning::For(8 << 20, 128 << 10).slice_read_around_half, 64u << 10);
+}
+
+}  // namespace
+}  // namespace tensorfs
