@@ -311,7 +311,11 @@ int main(int argc, char** argv) {
   char* fuse_argv[] = {arg0, arg1, arg2.data(), nullptr};
   fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), nullptr);
-  if (session == nullptr) return 1;
+  // The parse leaves `args` allocated by libfuse: freed once the session no longer needs it.
+  if (session == nullptr) {
+    fuse_opt_free_args(&args);
+    return 1;
+  }
   int rc = 1;
   if (fuse_set_signal_handlers(session) == 0) {
     char resolved[PATH_MAX];
@@ -331,6 +335,7 @@ int main(int argc, char** argv) {
     fuse_remove_signal_handlers(session);
   }
   fuse_session_destroy(session);
+  fuse_opt_free_args(&args);
   if (!read_sizes_path.empty() && !WriteReadSizes(read_sizes_path)) {
     std::fprintf(stderr, "memfs_ceiling: cannot write %s\n", read_sizes_path.c_str());
     rc = 1;
