@@ -21,10 +21,14 @@ reset before each run:
       (embeddings, blocks 0..N-1, norm, head) loaded as safetensors' load_file
       does, nothing computed in between
   W7  the same over splitted_model.4bit/ (NF4, quantized by tensorfs as it reads)
-  W8  sharded: N hosts (--hosts, default 4 and 8), each its own tensorfs process
-      and mount of the same gs:// checkpoint (separate caches, as separate hosts
-      have), started together on the link; host r copies out dim-0 slice r of N
-      of every tensor, (a) by mmap in storage order, (b) in a shuffled order
+  W8  sharded: N hosts (--hosts, default 4, 8 and 16), each its own tensorfs
+      process and mount of the same gs:// checkpoint (separate caches, as
+      separate hosts have), started together on the link; host r copies out
+      dim-0 slice r of N of every tensor, (a) by mmap in storage order, (b) in a
+      shuffled order; each with the mounts learning the slices from the reads
+      and with each mount given its rank (-o shard=R/N); on two checkpoint
+      shapes (--w8-shapes): the benchmark's checkpoint and one of many 1-8 MiB
+      tensors (22 layers, hidden 1536, 5 shards, about 1 GiB)
   W9  the same with dim-1 (column) slices: every row gives a small piece (report
       only)
   W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
@@ -78,6 +82,18 @@ MB = 1e6
 MiB = 1 << 20
 RSS_SLACK = 128 * MiB
 LAYER_WORKLOADS = {"W6": "splitted_model", "W7": "splitted_model.4bit"}
+# W8's checkpoint shapes: "main" is the benchmark's checkpoint (--size-mib, --layers ...);
+# "small-tensors" has many tensors of 1 to 8 MiB (tensorfs-testdata options, full and --quick).
+W8_SHAPES = ("main", "small-tensors")
+SMALL_TENSORS = {
+    "full": {"layers": 22, "hidden": 1536, "intermediate": 2560, "heads": 12, "kv-heads": 4, "vocab": 32000,
+             "shards": 5},
+    "quick": {"layers": 6, "hidden": 1024, "intermediate": 2048, "heads": 8, "kv-heads": 4, "vocab": 8192,
+              "shards": 5},
+}
+W8_MODES = ("learned", "shard")
+# W8, learned: a host that fetched this share of the checkpoint or more was taken for a whole reader.
+WHOLE_READER_SHARE = 0.9
 # micro_bench cases that say whether a view can keep up with the link.
 QUANT_CASES = ["BM_QuantizeNf4", "BM_QuantizeBlockwise8", "BM_QuantizeRowInt8", "BM_CastF32ToBf16"]
 BLOCK_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks)\.(\d+)\.")
@@ -156,6 +172,17 @@ def read_header(path):
         header = json.loads(f.read(n))
     header.pop("__metadata__", None)
     return header
+
+
+def tensor_sizes(src, shards):
+    """A line on the checkpoint's tensor sizes: how many, how many of 1 to 8 MiB, the median."""
+    sizes = sorted(info["data_offsets"][1] - info["data_offsets"][0]
+                   for shard in shards for info in read_header(os.path.join(src, shard)).values())
+    if not sizes:
+        return "no tensors"
+    mid = sum(1 for n in sizes if MiB <= n <= 8 * MiB)
+    return (f"{len(sizes)} tensors, {mid} of 1-8 MiB holding {sum(n for n in sizes if MiB <= n <= 8 * MiB) / MiB:.0f} "
+            f"MiB, median {sizes[len(sizes) // 2] / MiB:.2f} MiB, largest {sizes[-1] / MiB:.1f} MiB")
 
 
 def layer_plan(src, shards):
@@ -445,9 +472,10 @@ class Bench:
             time.sleep(0.02)
         return proc, time.monotonic() - started
 
-    def mount_tensorfs(self, prefix, label):
+    def mount_tensorfs(self, prefix, label, extra_opts=""):
         mnt = self.mountpoint(label)
-        cmd = [self.args.tensorfs, f"gs://{BUCKET}/{prefix}", mnt, "-f", "-o", self.tensorfs_opts()]
+        opts = self.tensorfs_opts() + ("," + extra_opts if extra_opts else "")
+        cmd = [self.args.tensorfs, f"gs://{BUCKET}/{prefix}", mnt, "-f", "-o", opts]
         return (mnt, *self.mount("tensorfs", cmd, mnt, os.path.join(self.work, f"tensorfs-{label}.log")))
 
     def mount_rclone(self, prefix, label, config):
@@ -660,11 +688,14 @@ class Bench:
 
         self.run_tensorfs_cold(f"tensorfs W3 {n} processes", "W3", "w3", body)
 
-    def run_sharded(self, workload, world, order):
-        """W8/W9: `world` hosts, each its own mount, reading their slices at once."""
+    def run_sharded(self, workload, world, order, shape="main", mode="learned"):
+        """W8/W9: `world` hosts, each its own mount, reading their slices at once. `shape` names
+        the checkpoint (self.shapes), `mode` "learned" (no shard option) or "shard" (each mount
+        given -o shard=RANK/WORLD)."""
         dim = 0 if workload == "W8" else 1
-        files_src = [os.path.join(self.src, s) for s in self.shards]
-        label = f"{workload.lower()}-{world}-{order}"
+        src, shards, prefix, checkpoint_bytes = self.shapes[shape]
+        files_src = [os.path.join(src, s) for s in shards]
+        label = f"{workload.lower()}-{shape}-{world}-{order}-{mode}"
 
         def body(result):
             self.drop_caches(files_src)
@@ -672,11 +703,12 @@ class Bench:
             mounts = []
             try:
                 for rank in range(world):
-                    mounts.append(self.mount_tensorfs(self.prefix, f"{label}-r{rank}")[:2])
+                    extra = f"shard={rank}/{world}" if mode == "shard" else ""
+                    mounts.append(self.mount_tensorfs(prefix, f"{label}-r{rank}", extra)[:2])
                 start_at = time.monotonic() + 1.5  # after every loader has imported numpy
                 cmds = []
                 for rank, (mnt, _) in enumerate(mounts):
-                    cmd = [PYTHON, LOADER_PY, "slice", *[os.path.join(mnt, s) for s in self.shards],
+                    cmd = [PYTHON, LOADER_PY, "slice", *[os.path.join(mnt, s) for s in shards],
                            "--rank", str(rank), "--world", str(world), "--dim", str(dim), "--order", order,
                            "--seed", str(self.args.seed), "--start-at", f"{start_at:.6f}"]
                     if self.args.deadline:
@@ -705,17 +737,23 @@ class Bench:
             result.seconds = max(h["seconds"] for h in per_host)
             result.bytes_needed = sum(h["needed"] for h in per_host)
             result.complete = all(h["complete"] for h in per_host)
-            result.files = len(self.shards)
+            result.files = len(shards)
             result.link_seconds = result.bytes_needed / self.total_rate + self.rtt
-            result.extra.update(hosts=per_host, world=world, order=order, dim=dim,
-                                checkpoint_bytes=self.checkpoint_bytes,
-                                sent_over_checkpoint=result.bytes_fetched / self.checkpoint_bytes)
-            result.note = (f"{world} hosts, dim {dim}, {order} order; server sent "
-                           f"{result.bytes_fetched / self.checkpoint_bytes:.2f}x the checkpoint")
+            result.extra.update(hosts=per_host, world=world, order=order, dim=dim, shape=shape, mode=mode,
+                                shards=len(shards), checkpoint_bytes=checkpoint_bytes,
+                                sent_over_checkpoint=result.bytes_fetched / checkpoint_bytes)
+            result.note = (f"{world} hosts, dim {dim}, {order} order, {shape} checkpoint, "
+                           f"{'-o shard=R/N' if mode == 'shard' else 'learned'}; server sent "
+                           f"{result.bytes_fetched / checkpoint_bytes:.2f}x the checkpoint")
             if not result.complete:
                 result.note = f"partial: stopped after {self.args.deadline:.0f} s; " + result.note
 
-        self.guarded(f"tensorfs {workload} {world} hosts dim-{dim} {order}", "tensorfs", workload, body)
+        name = f"tensorfs {workload} {world} hosts dim-{dim} {order}"
+        if shape != "main":
+            name += f" {shape}"
+        if mode == "shard":
+            name += " shard=R/N"
+        self.guarded(name, "tensorfs", workload, body)
 
     def run_w10(self):
         """W10: @stacked/ of a fresh mount, its files loaded in order as W1 loads the shards."""
@@ -978,6 +1016,18 @@ class Bench:
                  "--shards", str(a.w5_shards)])
             self.w5_prefix = os.path.basename(self.w5_src)
         self.checkpoint_bytes = sum(os.path.getsize(os.path.join(self.src, s)) for s in self.shards)
+        self.shapes = {"main": (self.src, self.shards, self.prefix, self.checkpoint_bytes)}
+        if "W8" in a.workloads and "small-tensors" in a.w8_shapes:
+            shape = SMALL_TENSORS["quick" if a.quick else "full"]
+            src, shards, model = self.generate(
+                f"llama-{a.dtype}-h{shape['hidden']}-i{shape['intermediate']}-{shape['layers']}l-"
+                f"{shape['shards']}shards-v{shape['vocab']}",
+                [arg for key, value in shape.items() for arg in (f"--{key}", str(value))])
+            size = sum(os.path.getsize(os.path.join(src, s)) for s in shards)
+            self.shapes["small-tensors"] = (src, shards, os.path.basename(src), size)
+            self.small_tensors_model = model
+            log(f"W8 small-tensors checkpoint gs://{BUCKET}/{os.path.basename(src)}: {len(shards)} shards, "
+                f"{size / MiB:.0f} MiB ({model}; {tensor_sizes(src, shards)})")
         self.layers = layer_plan(self.src, self.shards)
         self.tensor_bytes = sum(b for _, b, _ in self.layers)
         log(f"checkpoint gs://{BUCKET}/{self.prefix}: {len(self.shards)} shards, "
@@ -999,11 +1049,17 @@ class Bench:
         for workload in LAYER_WORKLOADS:
             if workload in w:
                 self.run_layers(workload)
-        for workload, orders in (("W8", ("storage", "random")), ("W9", ("storage",))):
-            if workload in w:
+        if "W8" in w:
+            for shape in a.w8_shapes:
+                # --quick: the small-tensors checkpoint in storage order only.
+                orders = ("storage",) if a.quick and shape != "main" else ("storage", "random")
                 for world in a.hosts:
                     for order in orders:
-                        self.run_sharded(workload, world, order)
+                        for mode in a.w8_modes:
+                            self.run_sharded("W8", world, order, shape, mode)
+        if "W9" in w:
+            for world in a.hosts:
+                self.run_sharded("W9", world, "storage")
         if "W10" in w:
             self.run_w10()
         if "memfs" in a.peers:
@@ -1185,25 +1241,7 @@ def evaluate(bench):
     for r in res:
         if r.workload != "W8" or r.error or not r.extra.get("hosts"):
             continue
-        world, order = r.extra["world"], r.extra["order"]
-        chunk = bench.chunk_size or 8 * MiB
-        allowance = len(bench.shards) * chunk
-        fetched_ok = all(h["fetched"] is not None and h["fetched"] <= 1.15 * h["needed"] + allowance
-                         for h in r.extra["hosts"])
-        worst = max(r.extra["hosts"], key=lambda h: (h["fetched"] or 0) - 1.15 * h["needed"])
-        out.append((f"W8 {world} hosts {order}: each host fetches <= 1.15 x its needed bytes + one chunk per shard",
-                    fetched_ok, f"worst host {worst['rank']}: {(worst['fetched'] or 0) / MiB:.1f} MiB fetched for "
-                    f"{worst['needed'] / MiB:.1f} MiB needed (bound {(1.15 * worst['needed'] + allowance) / MiB:.1f})"
-                    f"{partial(r)}"))
-        slowest = max(r.extra["hosts"], key=lambda h: h["seconds"] / h["limit_seconds"])
-        out.append((f"W8 {world} hosts {order}: each host done within 1.3 x (needed / its share of the link "
-                    f"+ 2 round trips)", all(h["seconds"] <= 1.3 * h["limit_seconds"] for h in r.extra["hosts"]),
-                    f"slowest host {slowest['rank']}: {slowest['seconds']:.2f} s vs bound "
-                    f"{1.3 * slowest['limit_seconds']:.2f} s{partial(r)}"))
-        if world == 8:
-            sent = r.extra["sent_over_checkpoint"]
-            out.append((f"W8 8 hosts {order}: bytes the server sent <= 1.3 x the checkpoint", sent <= 1.3,
-                        f"{r.bytes_fetched / MiB:.0f} MiB sent = {sent:.2f}x the checkpoint{partial(r)}"))
+        out.extend(w8_targets(bench, r))
     w10 = find(res, "tensorfs", "W10")
     if ok(w10):
         out.append(("W10 @stacked/ >= 90% of the link limit", w10.pct_link >= 90,
@@ -1230,6 +1268,53 @@ def evaluate(bench):
         limit = a.cache_mib * MiB + RSS_SLACK
         out.append(("peak RSS <= cache_size + 128 MiB", top.peak_rss <= limit,
                     f"{top.peak_rss / MiB:.0f} MiB ({top.workload}) vs {limit / MiB:.0f} MiB"))
+    return out
+
+
+def w8_targets(bench, r):
+    """W8's targets for one run (a shape, N hosts, an order, learned or -o shard=R/N)."""
+    world, order = r.extra["world"], r.extra["order"]
+    shape, mode = r.extra.get("shape", "main"), r.extra.get("mode", "learned")
+    hosts = r.extra["hosts"]
+    checkpoint = r.extra["checkpoint_bytes"]
+    tag = f"W8 {shape} {world} hosts {order} {'shard=R/N' if mode == 'shard' else 'learned'}"
+    partial = "" if r.complete else " (partial run)"
+    out = []
+    missing = [h["rank"] for h in hosts if h["fetched"] is None]
+    if mode == "shard":
+        chunk = bench.chunk_size or 8 * MiB
+        allowance = r.extra.get("shards", len(bench.shards)) * chunk
+        bound = lambda h: 1.05 * h["needed"] + allowance
+        label = f"{tag}: each host fetches <= 1.05 x its needed bytes + one chunk per shard"
+    else:
+        bound = lambda h: 1.20 * h["needed"]
+        label = f"{tag}: each host fetches <= 1.20 x its needed bytes"
+    if missing:
+        out.append((label, None, f"no tensorfs stats from hosts {missing}"))
+    else:
+        worst = max(hosts, key=lambda h: h["fetched"] / bound(h))
+        whole = [h["rank"] for h in hosts if h["fetched"] >= WHOLE_READER_SHARE * checkpoint]
+        figures = (f"worst host {worst['rank']}: {worst['fetched'] / MiB:.1f} MiB fetched for "
+                   f"{worst['needed'] / MiB:.1f} MiB needed = {worst['fetched'] / max(worst['needed'], 1):.3f}x "
+                   f"(bound {bound(worst) / MiB:.1f} MiB)")
+        if mode == "learned" and whole:
+            figures += (f"; hosts {', '.join(map(str, whole))} taken for a whole reader (fetched >= "
+                        f"{WHOLE_READER_SHARE:g}x the checkpoint)")
+        out.append((label, all(h["fetched"] <= bound(h) for h in hosts), figures + partial))
+        if mode == "learned":
+            out.append((f"{tag}: no host taken for a whole reader", not whole,
+                        f"largest fetch {max(h['fetched'] for h in hosts) / MiB:.1f} MiB of a {checkpoint / MiB:.1f} "
+                        f"MiB checkpoint" + (f"; taken for whole readers: hosts {', '.join(map(str, whole))}"
+                                             if whole else "") + partial))
+    if mode == "learned":
+        sent = r.extra["sent_over_checkpoint"]
+        out.append((f"{tag}: bytes the server sent <= 1.20 x the checkpoint", sent <= 1.20,
+                    f"{r.bytes_fetched / MiB:.0f} MiB sent = {sent:.2f}x the checkpoint{partial}"))
+    slowest = max(hosts, key=lambda h: h["seconds"] / h["limit_seconds"])
+    out.append((f"{tag}: each host done within 1.3 x (needed / (link / N) + 2 round trips)",
+                all(h["seconds"] <= 1.3 * h["limit_seconds"] for h in hosts),
+                f"slowest host {slowest['rank']}: {slowest['seconds']:.2f} s vs bound "
+                f"{1.3 * slowest['limit_seconds']:.2f} s{partial}"))
     return out
 
 
@@ -1339,7 +1424,8 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6,W7,W10", help="comma-separated subset of W1..W10")
+    p.add_argument("--workloads", help="comma-separated subset of W1..W10 (default W1,W2,W3,W4,W5,W6,W7,W10; "
+                                       "with --quick W8 too)")
     p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
                                    "none when only W6/W7 run: the peers run W1 to W5)")
     p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
@@ -1347,9 +1433,17 @@ def parse_args(argv):
     p.add_argument("--deadline", type=float,
                    help="stop a load after this many seconds and report it as partial, 0 for none "
                         "(default 90; 30 with --quick)")
-    p.add_argument("--quick", action="store_true", help="256 MiB checkpoint and 30 s deadline unless given")
+    p.add_argument("--quick", action="store_true",
+                   help="256 MiB checkpoint and 30 s deadline unless given; W8 among the default workloads, with 4 "
+                        "and 8 hosts and its small-tensors checkpoint small and in storage order only")
     p.add_argument("--processes", type=int, default=4, help="W3 loader processes")
-    p.add_argument("--hosts", default="4,8", help="W8/W9: the numbers of hosts to run, comma-separated")
+    p.add_argument("--hosts", help="W8/W9: the numbers of hosts to run, comma-separated (default 4,8,16; "
+                                   "4,8 with --quick)")
+    p.add_argument("--w8-shapes", default=",".join(W8_SHAPES),
+                   help="W8's checkpoints: main (the benchmark's) and small-tensors (many tensors of 1-8 MiB, "
+                        "about 1 GiB; about 140 MiB and in storage order only with --quick)")
+    p.add_argument("--w8-modes", default=",".join(W8_MODES),
+                   help="W8's mounts: learned (no shard option) and shard (each mount given -o shard=R/N)")
     p.add_argument("--warm-passes", type=int, default=3, help="W4 passes (tensorfs and memfs); the fastest counts")
     p.add_argument("--w5-shards", type=int, default=100)
     p.add_argument("--w5-layers", type=int, default=100)
@@ -1374,8 +1468,18 @@ def parse_args(argv):
         a.deadline = 30.0 if a.quick else 90.0
     a.conn_mbit = a.conn_mbit or a.link_mbit / 10
     a.warm_passes = max(1, a.warm_passes)
+    if a.workloads is None:
+        a.workloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10" if a.quick else "W1,W2,W3,W4,W5,W6,W7,W10"
     a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
-    a.hosts = [int(x) for x in str(a.hosts).split(",") if x.strip()]
+    a.hosts = [int(x) for x in str(a.hosts or ("4,8" if a.quick else "4,8,16")).split(",") if x.strip()]
+    a.w8_shapes = [x.strip() for x in a.w8_shapes.split(",") if x.strip()]
+    a.w8_modes = [x.strip() for x in a.w8_modes.split(",") if x.strip()]
+    for x in a.w8_shapes:
+        if x not in W8_SHAPES:
+            p.error(f"unknown W8 shape {x}")
+    for x in a.w8_modes:
+        if x not in W8_MODES:
+            p.error(f"unknown W8 mode {x}")
     if a.peers is None:
         a.peers = "none" if set(a.workloads) <= set(LAYER_WORKLOADS) else "naive,staging,rclone,memfs"
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]

@@ -9,12 +9,22 @@ targets and writes results.json:
   - the test server's own ceiling: parallel 8 MiB range GETs straight to it
     (16 client processes, keep-alive), over HTTP and over HTTPS;
   - memfs_ceiling (an in-memory FUSE server, the page cache dropped once it
-    holds the files) as the FUSE ceiling and the shard files in the local page
-    cache as the loader's ceiling;
+    holds the files) as the FUSE ceiling, set up as tensorfs is: the readahead,
+    max_background and congestion_threshold a tensorfs mount has in force are
+    read from /sys after it is up and passed to memfs_ceiling; and the shard
+    files in the local page cache as the loader's ceiling;
+  - tensorfs over the local directory holding the shards (page-cached; no
+    HTTP): the loopback profile, against memfs_ceiling, with the CPU cost of
+    copying the bytes out of the page cache (`cat` of the shards) as the
+    allowance for the copy from the source;
   - each reader on each: safetensors.torch.load_file(device="cuda") per shard
     (cpu without CUDA; left out without safetensors+torch), the numpy mmap copy
-    loader of bench/loader.py (W1), `cat` of the shards, and N concurrent
-    readers (dd, each a different shard or slice of one);
+    loader of bench/loader.py (W1), one byte of every 4 KiB page through mmap
+    (loader.py pages), `cat` of the shards, and N concurrent readers (dd, each
+    a different shard or slice of one);
+  - for every mount the readahead, max_background and congestion_threshold in
+    force, and per reader the sizes of the FUSE READ requests the kernel sent
+    (tensorfs' stats "fuse_read_sizes", memfs_ceiling's --read-sizes);
   - tensorfs cold (fresh mount, page cache dropped, the served files read back
     in so the server sends from memory) over HTTP and over HTTPS (the test
     server's TLS with a throwaway CA made with the openssl CLI, -o ca_file);
@@ -223,6 +233,54 @@ def machine_jiffies() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+FUSECTL = "/sys/fs/fuse/connections"
+
+
+def mount_device(path: str) -> str | None:
+    """MAJOR:MINOR of the mount at `path`, from /proc/self/mountinfo (field 3)."""
+    real = os.path.realpath(path)
+    device = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[4] == real:
+                device = fields[2]  # the last one mounted there
+    return device
+
+
+def read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def ensure_fusectl():
+    """The FUSE control file system (max_background, congestion_threshold per connection), mounted
+    at /sys/fs/fuse/connections if it is not."""
+    with open("/proc/self/mountinfo") as f:
+        if any(line.split()[4] == FUSECTL for line in f):
+            return
+    r = subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL], capture_output=True, text=True)
+    if r.returncode != 0:
+        log(f"cannot mount fusectl on {FUSECTL} ({r.stderr.strip()}): max_background and congestion_threshold "
+            "are not read")
+
+
+def mount_settings(path: str) -> dict:
+    """What the kernel has in force for the FUSE mount at `path`: the readahead of its bdi
+    (/sys/class/bdi/MAJOR:MINOR/read_ahead_kb) and its connection's max_background and
+    congestion_threshold (/sys/fs/fuse/connections/MINOR/)."""
+    device = mount_device(path)
+    if device is None:
+        return {"device": None, "read_ahead_kb": None, "max_background": None, "congestion_threshold": None}
+    minor = device.split(":")[1]
+    return {"device": device, "read_ahead_kb": read_int(f"/sys/class/bdi/{device}/read_ahead_kb"),
+            "max_background": read_int(f"{FUSECTL}/{minor}/max_background"),
+            "congestion_threshold": read_int(f"{FUSECTL}/{minor}/congestion_threshold")}
+
+
 def is_mounted(path: str) -> bool:
     real = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:
@@ -309,11 +367,12 @@ def run_reader(kind, paths, args):
         if any(p.wait() != 0 for p in procs):
             raise RuntimeError("a dd reader failed")
         return sum(os.path.getsize(p) for p in paths), time.monotonic() - start
-    if kind == "numpy":
+    if kind in ("numpy", "pages"):
         loader = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loader.py")
-        r = subprocess.run([args.python, loader, "load", *paths], capture_output=True, text=True)
+        r = subprocess.run([args.python, loader, "load" if kind == "numpy" else "pages", *paths],
+                           capture_output=True, text=True)
         if r.returncode != 0:
-            raise RuntimeError(f"the numpy loader failed (is numpy installed for {args.python}? --python picks "
+            raise RuntimeError(f"the {kind} loader failed (is numpy installed for {args.python}? --python picks "
                                f"the interpreter): {r.stderr[-2000:]}")
         final = json.loads(r.stdout.strip().splitlines()[-1])
         return final["bytes"], final["end"] - final["start"]
@@ -372,6 +431,49 @@ def print_timeline(target, rows):
     for r in rows:
         print(f"| {r['reader']} | {r['requests']} | {r['under_8mib']} | {r['slowest_ms']} | {s(r['at_8mib'])} | "
               f"{s(r['at_64mib'])} | {s(r['last'])} |", flush=True)
+
+
+def copy_cost(paths, rounds=3) -> float:
+    """CPU-seconds per GB of copying the shards out of the page cache: `cat` of the files (in the
+    page cache) to /dev/null, its user + sys time; the median of `rounds` runs."""
+    warm(paths)
+    total = sum(os.path.getsize(p) for p in paths)
+    costs = []
+    for _ in range(rounds):
+        before = os.times()
+        with open(os.devnull, "wb") as null:
+            subprocess.run(["cat", *paths], stdout=null, check=True)
+        after = os.times()
+        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        costs.append(cpu / (total / GB))
+    return sorted(costs)[len(costs) // 2]
+
+
+def tensorfs_stats(binary, mnt, env) -> dict | None:
+    """`tensorfs stats --json MNT`; None when it cannot say."""
+    r = subprocess.run([binary, "stats", "--json", mnt], capture_output=True, text=True, env=env, timeout=30)
+    if r.returncode != 0:
+        return None
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return None
+
+
+def read_sizes_line(hist) -> str:
+    """A FUSE READ size histogram ({"4096": n, ...}: sizes rounded up to a power of two) as one
+    line: per bucket, its share of the requests / of the bytes (each request counted at its
+    bucket's size, an upper bound on the bytes it asked for)."""
+    if hist is None:
+        return "n/a"
+    buckets = sorted((int(k), int(v)) for k, v in hist.items() if int(v) > 0)
+    count = sum(n for _, n in buckets)
+    if count == 0:
+        return "no reads"
+    volume = sum(size * n for size, n in buckets)
+    label = lambda b: f"{b >> 20}M" if b >= 1 << 20 else f"{b >> 10}K" if b >= 1 << 10 else f"{b}B"
+    return f"{count} reads: " + ", ".join(f"{label(size)} {n / count:.0%}/{size * n / volume:.0%}"
+                                          for size, n in buckets)
 
 
 def load_file_device(python: str, wanted: str) -> str | None:
@@ -442,9 +544,12 @@ def main():
     p.add_argument("--work", default="/var/tmp/tensorfs-datacenter")
     p.add_argument("--python", default=sys.executable, help="interpreter for the loaders and the server")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="load_file's device")
-    p.add_argument("--tensorfs-opts", default="read_ahead=16M",
-                   help="more -o options for tensorfs (whole-file readers gain from a deep kernel readahead)")
-    p.add_argument("--loaders", default="load_file,numpy,cat,readers")
+    p.add_argument("--tensorfs-opts", default="",
+                   help="more -o options for tensorfs, e.g. read_ahead=16M (default: none, tensorfs' own "
+                        "defaults are what is measured; memfs_ceiling is given the readahead, max_background "
+                        "and congestion_threshold a tensorfs mount has in force)")
+    p.add_argument("--loaders", default="load_file,numpy,pages,cat,readers")
+    p.add_argument("--no-dir", action="store_true", help="leave out tensorfs over the local directory")
     p.add_argument("--no-https", action="store_true")
     p.add_argument("--trace", action="store_true",
                    help="run tensorfs with log_level=debug and print, per concurrent reader, when its range "
@@ -455,6 +560,12 @@ def main():
     args = p.parse_args()
     args.load_file_device = load_file_device(args.python, args.device)
     loaders = [l for l in args.loaders.split(",") if l]
+    unknown = [l for l in loaders if l not in ("load_file", "numpy", "pages", "cat", "readers")]
+    if unknown:
+        p.error(f"unknown loaders: {', '.join(unknown)}")
+    if "load_file" in loaders and args.load_file_device is None:
+        log(f"load_file left out: safetensors and torch are not installed for {args.python}")
+        loaders.remove("load_file")
 
     os.makedirs(args.work, exist_ok=True)
     data = os.path.join(args.work, "data")
@@ -475,7 +586,8 @@ def main():
     server = subprocess.Popen(server_argv)
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
                "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
-               "busy": {}, "machine_cpu": {}, "server_cpu": {}, "steady_cpu": {}}
+               "busy": {}, "machine_cpu": {}, "server_cpu": {}, "steady_cpu": {}, "mounts": {},
+               "read_sizes": {}, "tensorfs_opts": args.tensorfs_opts}
     mounts = []
     try:
         deadline = time.monotonic() + 30
@@ -536,12 +648,60 @@ def main():
             warm(paths)
             record("local", loader, measured(loader, paths))
 
+        # The copy from the source: what copying a GB out of the page cache costs a process.
+        results["copy_cost"] = {"cpu_s_per_gb": copy_cost(paths),
+                                "method": "cat of the shard files from the page cache to /dev/null, its user + "
+                                          "sys CPU-s per GB, median of 3"}
+        log(f"copy from the page cache: {results['copy_cost']['cpu_s_per_gb']:.3f} CPU-s/GB")
+
+        # tensorfs' sources: the local directory (page-cached, no HTTP) and the test server.
+        model_dir = os.path.dirname(paths[0])
+        sources = {} if args.no_dir else {"tensorfs-dir": (model_dir, "")}
+        for scheme, ep in endpoints.items():
+            opts = f"anonymous,endpoint={ep}"
+            if scheme == "https":
+                opts += f",ca_file={certs}/ca.pem"
+            sources[f"tensorfs-{scheme}"] = (f"gs://{BUCKET}/{PREFIX}", opts)
+
+        def tensorfs_mount(target):
+            source, opts = sources[target]
+            opts = ",".join(x for x in (opts, f"log_level={'debug' if args.trace else 'warn'}", args.tensorfs_opts)
+                            if x)
+            mnt = os.path.join(args.work, "tensorfs")
+            return Mount([args.tensorfs, source, mnt, "-f", "-o", opts], mnt, env,
+                         os.path.join(args.work, f"{target}.log"))
+
+        # What a tensorfs mount has in force, for memfs_ceiling to run with the same.
+        ensure_fusectl()
+        m = tensorfs_mount(next(iter(sources)))
+        mounts.append(m)
+        try:
+            probe = mount_settings(m.path)
+        finally:
+            m.stop()
+            mounts.remove(m)
+        results["tensorfs_settings"] = probe
+        log(f"tensorfs mount in force: read_ahead_kb {probe['read_ahead_kb']}, max_background "
+            f"{probe['max_background']}, congestion_threshold {probe['congestion_threshold']}")
+        memfs_argv = [args.memfs, "-f"]
+        if probe["read_ahead_kb"] is not None:
+            memfs_argv += ["--read-ahead-kb", str(probe["read_ahead_kb"])]
+        if probe["max_background"] is not None:
+            memfs_argv += ["--max-background", str(probe["max_background"])]
+        if probe["congestion_threshold"] is not None:
+            memfs_argv += ["--congestion-threshold", str(probe["congestion_threshold"])]
+
         # The FUSE ceiling: memfs_ceiling, a fresh mount per reader.
         for loader in loaders:
             mnt = os.path.join(args.work, "memfs")
-            m = Mount([args.memfs, "-f", mnt, *paths], mnt, env, os.path.join(args.work, "memfs.log"))
+            sizes_path = os.path.join(args.work, "memfs-read-sizes.json")
+            if os.path.exists(sizes_path):
+                os.unlink(sizes_path)
+            m = Mount([*memfs_argv, "--read-sizes", sizes_path, mnt, *paths], mnt, env,
+                      os.path.join(args.work, "memfs.log"))
             mounts.append(m)
             try:
+                results["mounts"].setdefault("memfs", {})[loader] = mount_settings(mnt)
                 # Its files are in its memory now: the page cache is dropped, as for tensorfs, so
                 # that both fill the same recycled pages.
                 drop_caches()
@@ -550,27 +710,28 @@ def main():
             finally:
                 m.stop()
                 mounts.remove(m)
+            try:
+                with open(sizes_path) as f:
+                    results["read_sizes"].setdefault("memfs", {})[loader] = json.load(f)
+            except (OSError, ValueError):
+                results["read_sizes"].setdefault("memfs", {})[loader] = None
 
         # tensorfs, cold: a fresh mount per reader, the page cache dropped.
-        for scheme, ep in endpoints.items():
-            opts = f"anonymous,endpoint={ep},log_level={'debug' if args.trace else 'warn'}"
-            if scheme == "https":
-                opts += f",ca_file={certs}/ca.pem"
-            if args.tensorfs_opts:
-                opts += "," + args.tensorfs_opts
-            target = f"tensorfs-{scheme}"
+        for target in sources:
             for loader in loaders:
                 drop_caches()
-                warm(paths)  # the server sends from memory, as GCS would
-                mnt = os.path.join(args.work, "tensorfs")
-                m = Mount([args.tensorfs, f"gs://{BUCKET}/{PREFIX}", mnt, "-f", "-o", opts], mnt, env,
-                          os.path.join(args.work, f"{target}.log"))
+                warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
+                m = tensorfs_mount(target)
+                mnt = m.path
                 mounts.append(m)
                 try:
+                    results["mounts"].setdefault(target, {})[loader] = mount_settings(mnt)
                     measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
                                            m.proc.pid)
                     record(target, loader, measurement, m.peak_rss())
-                    if args.trace and loader == "readers":
+                    stats = tensorfs_stats(args.tensorfs, mnt, env) or {}
+                    results["read_sizes"].setdefault(target, {})[loader] = stats.get("fuse_read_sizes")
+                    if args.trace and loader == "readers" and target != "tensorfs-dir":
                         m.log.flush()
                         rows = request_timeline(m.log.name, slices(paths, args.readers))
                         results.setdefault("trace", {})[target] = rows
@@ -597,44 +758,64 @@ def main():
 
 def report(r, loaders):
     names = {"load_file": f"load_file({r['load_file_device'] or 'n/a'})", "numpy": "numpy mmap copy (W1)",
-             "cat": "cat", "readers": "concurrent readers (dd)"}
-    targets = ["local", "memfs", "tensorfs-http", "tensorfs-https"]
+             "pages": "one byte per page (mmap)", "cat": "cat", "readers": "concurrent readers (dd)"}
+    targets = ["local", "memfs", "tensorfs-dir", "tensorfs-http", "tensorfs-https"]
+    heads = {"local": "local page cache", "memfs": "memfs_ceiling", "tensorfs-dir": "tensorfs dir",
+             "tensorfs-http": "tensorfs http", "tensorfs-https": "tensorfs https"}
+    targets = [t for t in targets if t in r["rates"]]
+    fuse = [t for t in targets if t != "local"]
+    tfs = [t for t in targets if t.startswith("tensorfs")]
     rate = lambda t, l: r["rates"].get(t, {}).get(l)
     ratio = lambda a, b: None if a is None or b is None or b == 0 else a / b
     fmt = lambda v: "-" if v is None else f"{v:.2f}"
-    print(f"\n{r['size'] / GB:.2f} GB in {r['shards']} shards, {r['nproc']} CPUs")
+
+    def vs_memfs(table, t, l):
+        """A tensorfs cell with its ratio to memfs_ceiling's: '0.85 (0.93x)'."""
+        v = table.get(t, {}).get(l)
+        q = ratio(v, table.get("memfs", {}).get(l)) if t.startswith("tensorfs") else None
+        return fmt(v) + ("" if q is None else f" ({q:.2f}x)")
+
+    def header(title, cols):
+        print(f"\n| {title} | " + " | ".join(heads[t] for t in cols) + " |")
+        print("| --- |" + " --- |" * len(cols))
+
+    print(f"\n{r['size'] / GB:.2f} GB in {r['shards']} shards, {r['nproc']} CPUs; tensorfs -o options: "
+          f"{r.get('tensorfs_opts') or '(none: its defaults)'}")
     print(f"server ceiling ({r['clients']} client processes, 8 MiB ranges): " +
           ", ".join(f"{k} {v['gbps']:.2f} GB/s ({v['cpu_s_per_gb']:.2f} server CPU-s/GB)" for k, v in r["server"].items()))
-    print("\n| reader, GB/s | local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
-    print("| --- | --- | --- | --- | --- |")
+    cc = r.get("copy_cost")
+    if cc:
+        print(f"copy from the source: {cc['cpu_s_per_gb']:.3f} CPU-s per GB ({cc['method']})")
+    mounts = r.get("mounts", {})
+    if mounts:
+        show = lambda m: "-" if m is None else "/".join("?" if m.get(k) is None else str(m[k]) for k in
+                                                       ("read_ahead_kb", "max_background", "congestion_threshold"))
+        header("in force per mount: read_ahead_kb / max_background / congestion_threshold", fuse)
+        for l in loaders:
+            print(f"| {names[l]} | " + " | ".join(show(mounts.get(t, {}).get(l)) for t in fuse) + " |")
+    header("reader, GB/s (tensorfs: x memfs_ceiling)", targets)
     for l in loaders:
-        print(f"| {names[l]} | " + " | ".join(fmt(rate(t, l)) for t in targets) + " |")
-    print("\n| CPU-s per GB of the FUSE server | memfs_ceiling | tensorfs http | tensorfs https |")
-    print("| --- | --- | --- | --- |")
+        print(f"| {names[l]} | " + " | ".join(vs_memfs(r["rates"], t, l) for t in targets) + " |")
+    header("CPU-s per GB of the FUSE server (tensorfs: x memfs_ceiling)", fuse)
     for l in loaders:
-        print(f"| {names[l]} | " + " | ".join(fmt(r["cpu"].get(t, {}).get(l)) for t in targets[1:]) + " |")
+        print(f"| {names[l]} | " + " | ".join(vs_memfs(r["cpu"], t, l) for t in fuse) + " |")
 
     steady = r.get("steady_cpu", {})
     if steady:
-        print("\n| CPU-s per GB of the FUSE server past the first quarter of the bytes (buffers in place) "
-              "| memfs_ceiling | tensorfs http | tensorfs https | tensorfs http / memfs_ceiling |")
-        print("| --- | --- | --- | --- | --- |")
+        header("CPU-s per GB of the FUSE server past the first quarter of the bytes (buffers in place; "
+               "tensorfs: x memfs_ceiling)", fuse)
         for l in loaders:
-            cells = [steady.get(t, {}).get(l) for t in targets[1:]]
-            print(f"| {names[l]} | " + " | ".join(fmt(v) for v in cells) + f" | {fmt(ratio(cells[1], cells[0]))} |")
+            print(f"| {names[l]} | " + " | ".join(vs_memfs(steady, t, l) for t in fuse) + " |")
 
     if r["rss"]:
         mib = lambda v: "-" if v is None else f"{v / (1 << 20):.0f}"
-        print("\n| peak RSS of tensorfs, MiB | http | https |")
-        print("| --- | --- | --- |")
+        header("peak RSS of tensorfs, MiB", tfs)
         for l in loaders:
-            print(f"| {names[l]} | " + " | ".join(mib(r["rss"].get(t, {}).get(l)) for t in targets[2:]) + " |")
+            print(f"| {names[l]} | " + " | ".join(mib(r["rss"].get(t, {}).get(l)) for t in tfs) + " |")
 
     if r.get("busy"):
         pct = lambda v: "-" if v is None else f"{v:.0%}"
-        print(f"\n| all {r['nproc']} CPUs busy over the reader's process (test server CPU-s per GB) "
-              "| local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
-        print("| --- | --- | --- | --- | --- |")
+        header(f"all {r['nproc']} CPUs busy over the reader's process (test server CPU-s per GB)", targets)
         for l in loaders:
             cells = []
             for t in targets:
@@ -645,20 +826,46 @@ def report(r, loaders):
 
     machine = r.get("machine_cpu", {})
     if machine:
-        print(f"\n| CPU-s per GB of the whole machine (share busy x {r['nproc']} CPUs x seconds / GB) "
-              "| local page cache | memfs_ceiling | tensorfs http | tensorfs https |")
-        print("| --- | --- | --- | --- | --- |")
+        header(f"CPU-s per GB of the whole machine (share busy x {r['nproc']} CPUs x seconds / GB)", targets)
         for l in loaders:
             print(f"| {names[l]} | " + " | ".join(fmt(machine.get(t, {}).get(l)) for t in targets) + " |")
+
+    sizes = r.get("read_sizes", {})
+    if sizes:
+        print("\nFUSE READ sizes the kernel sent, per reader (size rounded up to a power of two: share of the "
+              "requests / of the bytes, each request counted at its bucket's size):")
+        for l in loaders:
+            for t in fuse:
+                if l in sizes.get(t, {}):
+                    print(f"  {names[l]}, {heads[t]}: {read_sizes_line(sizes[t][l])}")
 
     def line(text, value, goal, higher=True):
         if value is None:
             print(f"- {text}: not measured")
             return
         held = value >= goal if higher else value <= goal
-        print(f"- {text}: {value:.2f} ({'held' if held else 'NOT held'}, target {'>=' if higher else '<='} {goal})")
+        print(f"- {text}: {value:.2f} ({'held' if held else 'NOT held'}, target {'>=' if higher else '<='} {goal:.2f})")
+
+    if "tensorfs-dir" in r["rates"]:
+        ra = lambda t, l: (mounts.get(t, {}).get(l) or {}).get("read_ahead_kb")
+        print("\nTargets, loopback (tensorfs over the local directory, cold):")
+        for l in loaders:
+            line(f"{names[l]} / memfs_ceiling's GB/s (read_ahead_kb in force: tensorfs {ra('tensorfs-dir', l)}, "
+                 f"memfs_ceiling {ra('memfs', l)})", ratio(rate("tensorfs-dir", l), rate("memfs", l)), 0.8)
+        copy = (cc or {}).get("cpu_s_per_gb")
+        for l in loaders:
+            mem = r["cpu"].get("memfs", {}).get(l)
+            goal = None if mem is None or copy is None else 1.5 * mem + copy
+            value = r["cpu"].get("tensorfs-dir", {}).get(l)
+            if goal is None or value is None:
+                print(f"- {names[l]}: CPU-s per GB: not measured")
+                continue
+            print(f"- {names[l]}: CPU-s per GB {value:.2f} ({'held' if value <= goal else 'NOT held'}, target <= "
+                  f"1.5 x memfs_ceiling's {mem:.2f} + the copy {copy:.2f} = {goal:.2f})")
 
     http_server = r["server"].get("http", {}).get("gbps")
+    if "tensorfs-http" not in r["rates"]:
+        return
     print("\nTargets (tensorfs over HTTP, cold):")
     line("load_file / memfs_ceiling load_file", ratio(rate("tensorfs-http", "load_file"), rate("memfs", "load_file")), 0.9)
     line("load_file / local page cache load_file", ratio(rate("tensorfs-http", "load_file"), rate("local", "load_file")), 0.8)
@@ -671,7 +878,8 @@ def report(r, loaders):
     if past:
         print(f"  - past the first quarter of the bytes: {min(past):.2f} to {max(past):.2f}")
     cpu_tls = [v for v in r["cpu"].get("tensorfs-https", {}).values() if v is not None]
-    print(f"- CPU-s per GB over HTTPS (worst reader): {fmt(max(cpu_tls) if cpu_tls else None)} (reported)")
+    if "tensorfs-https" in r["rates"]:
+        print(f"- CPU-s per GB over HTTPS (worst reader): {fmt(max(cpu_tls) if cpu_tls else None)} (reported)")
     if http_server:
         best = max([v for v in r["rates"].get("tensorfs-http", {}).values() if v is not None] or [0])
         if best >= 0.9 * http_server:

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # The datacenter profile of the benchmark (bench/datacenter.py; bench/README.md
-# has the figures): tensorfs with no link emulation against the test server's
-# own ceiling, memfs_ceiling (the FUSE ceiling) and the local page cache (the
-# loader's ceiling), over HTTP and HTTPS, with CPU-seconds per GB.
+# has the figures): tensorfs with no link emulation, over a local directory
+# and over the test server (HTTP and HTTPS), against the test server's own
+# ceiling, memfs_ceiling (the FUSE ceiling, given the readahead and queue
+# limits a tensorfs mount has in force) and the local page cache (the loader's
+# ceiling), with CPU-seconds per GB and the FUSE read sizes per reader.
+#
+#   SIZE=1024M PYTHON=/usr/bin/python3 bash bench/datacenter.sh run --device cpu --no-https
+#                                             # the loopback profile on a small VM
 #
 #   bash bench/datacenter.sh package          # here: build, then bundle tensorfs, memfs_ceiling and
 #                                             # their shared libraries (glibc's excepted) in build/device,

@@ -33,6 +33,12 @@
       way safetensors' get_slice over a dict of names goes). 1-D tensors are
       sliced along their only dimension. "bytes" is what the slices hold.
 
+  loader.py pages FILE... [--start-at T]
+      One byte per page: mmap each FILE in turn and read one byte of every
+      4 KiB page, in order. The page faults alone, with nothing copied out:
+      what the kernel's readahead and the FUSE reads behind it cost a reader.
+      "bytes" is the files' sizes.
+
   loader.py headers DIR [--start-at T]
       `ls -l DIR`, then for every *.safetensors file in DIR: open it, read the
       8-byte length and the header JSON with read(), parse it.
@@ -285,6 +291,28 @@ def headers(args):
           "start": started, "listed": listed, "end": time.monotonic()})
 
 
+PAGE = 4096
+
+
+def pages(args):
+    wait_until(args.start_at)
+    started = time.monotonic()
+    total = 0
+    touched = 0
+    for path in args.files:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                continue
+            with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+                for offset in range(0, size, PAGE):
+                    touched += m[offset]
+        total += size
+        emit({"progress": True, "bytes": total, "start": started, "end": time.monotonic()})
+    emit({"bytes": total, "files": len(args.files), "complete": True, "checksum": touched,
+          "start": started, "end": time.monotonic()})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -309,6 +337,9 @@ def main():
     p.add_argument("--order", choices=["storage", "random"], default="storage")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--start-at", type=float)
+    p = sub.add_parser("pages")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--start-at", type=float)
     p = sub.add_parser("headers")
     p.add_argument("dir")
     p.add_argument("--start-at", type=float)
@@ -319,6 +350,8 @@ def main():
         load_slices(args)
     elif args.mode == "layers":
         layers(args)
+    elif args.mode == "pages":
+        pages(args)
     else:
         headers(args)
     return 0

@@ -1,7 +1,9 @@
 // memfs_ceiling: the fastest a FUSE file system can serve files on this
 // machine, as the benchmark's ceiling for warm and cold mmap loads.
 //
-//   memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] MOUNTPOINT FILE...
+//   memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB]
+//                 [--max-background N] [--congestion-threshold N] [--read-sizes FILE]
+//                 MOUNTPOINT FILE...
 //
 // Reads every FILE into memory, then mounts a read-only directory holding one
 // file per FILE (by its base name) and serves reads straight from those bytes:
@@ -13,19 +15,29 @@
 // keeps the value asked), attributes cached for an hour, so
 // that a loader running on it
 // measures the kernel's and the FUSE protocol's share of a load and nothing
-// else. Stays in the foreground with -f (the benchmark runs it that way to
+// else. --max-background and --congestion-threshold set the connection's
+// values in the INIT reply (0, the default, leaves libfuse's), so that the
+// kernel queues requests to it as it does to the file system compared.
+// --read-sizes FILE counts every READ request by its size rounded up to a
+// power of two and writes the counts to FILE as a JSON object
+// ({"4096": n, ..., "1048576": n}, bytes as the key) once the session ends. Stays in the foreground with -f (the benchmark runs it that way to
 // read its peak RSS); otherwise daemonizes once mounted. Unmount with
 // `fusermount3 -u MOUNTPOINT`.
 //
 // Thread-safety: the file table is built before the session starts and never
-// changes, so the handlers read it from any worker thread without locks.
+// changes, so the handlers read it from any worker thread without locks; the
+// read-size counters are atomics, read once the loop has ended.
 #define FUSE_USE_VERSION 314
 
 #include <fuse_lowlevel.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
 #include <cerrno>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -51,6 +63,36 @@ struct MemFile {
 
 // Immutable once the session starts.
 std::vector<MemFile>* g_files = nullptr;
+
+// Set before the session starts; 0 leaves libfuse's value.
+unsigned g_max_background = 0;
+unsigned g_congestion_threshold = 0;
+
+// READ requests by size rounded up to a power of two: bucket k holds the sizes
+// in (2^(k-1), 2^k]; the last one also holds anything larger.
+constexpr size_t kReadBuckets = 32;
+std::array<std::atomic<uint64_t>, kReadBuckets> g_read_sizes{};
+
+void CountRead(size_t size) {
+  const size_t bucket = size <= 1 ? 0 : static_cast<size_t>(std::bit_width(size - 1));
+  g_read_sizes[std::min(bucket, kReadBuckets - 1)].fetch_add(1, std::memory_order_relaxed);
+}
+
+// The counts as a JSON object, empty buckets left out; false if `path` cannot be written.
+bool WriteReadSizes(const std::string& path) {
+  std::ofstream out(path);
+  out << '{';
+  bool first = true;
+  for (size_t k = 0; k < kReadBuckets; ++k) {
+    const uint64_t n = g_read_sizes[k].load(std::memory_order_relaxed);
+    if (n == 0) continue;
+    out << (first ? "" : ", ") << '"' << (uint64_t{1} << k) << "\": " << n;
+    first = false;
+  }
+  out << "}\n";
+  out.flush();
+  return static_cast<bool>(out);
+}
 
 const MemFile* FileOf(fuse_ino_t ino) {
   if (ino < kFirstFileInode || ino - kFirstFileInode >= g_files->size()) return nullptr;
@@ -82,6 +124,8 @@ constexpr unsigned kInitMaxReadahead = 1u << 30;
 void Init(void*, fuse_conn_info* conn) {
   conn->max_read = kMaxRead;
   conn->max_readahead = kInitMaxReadahead;
+  if (g_max_background != 0) conn->max_background = g_max_background;
+  if (g_congestion_threshold != 0) conn->congestion_threshold = g_congestion_threshold;
 }
 
 void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
@@ -148,6 +192,7 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info*) {
+  CountRead(size);
   const MemFile* file = FileOf(ino);
   if (file == nullptr) {
     fuse_reply_err(req, ENOENT);
@@ -159,7 +204,9 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 }
 
 int Usage() {
-  std::fprintf(stderr, "usage: memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] MOUNTPOINT FILE...\n");
+  std::fprintf(stderr,
+               "usage: memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] [--max-background N]\n"
+               "                     [--congestion-threshold N] [--read-sizes FILE] MOUNTPOINT FILE...\n");
   return 2;
 }
 
@@ -198,6 +245,7 @@ int main(int argc, char** argv) {
   unsigned threads = 16;
   int clone_fd = 1;
   unsigned read_ahead_kb = 16384;
+  std::string read_sizes_path;
   std::string mountpoint;
   std::vector<std::string> paths;
   for (int i = 1; i < argc; ++i) {
@@ -210,6 +258,12 @@ int main(int argc, char** argv) {
       clone_fd = std::atoi(argv[++i]) != 0 ? 1 : 0;
     } else if (arg == "--read-ahead-kb" && i + 1 < argc) {
       read_ahead_kb = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
+    } else if (arg == "--max-background" && i + 1 < argc) {
+      g_max_background = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
+    } else if (arg == "--congestion-threshold" && i + 1 < argc) {
+      g_congestion_threshold = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
+    } else if (arg == "--read-sizes" && i + 1 < argc) {
+      read_sizes_path = argv[++i];
     } else if (arg.starts_with("-")) {
       return Usage();
     } else if (mountpoint.empty()) {
@@ -257,7 +311,11 @@ int main(int argc, char** argv) {
   char* fuse_argv[] = {arg0, arg1, arg2.data(), nullptr};
   fuse_args args = FUSE_ARGS_INIT(3, fuse_argv);
   fuse_session* session = fuse_session_new(&args, &ops, sizeof(ops), nullptr);
-  if (session == nullptr) return 1;
+  // The parse leaves `args` allocated by libfuse: freed once the session no longer needs it.
+  if (session == nullptr) {
+    fuse_opt_free_args(&args);
+    return 1;
+  }
   int rc = 1;
   if (fuse_set_signal_handlers(session) == 0) {
     char resolved[PATH_MAX];
@@ -277,5 +335,10 @@ int main(int argc, char** argv) {
     fuse_remove_signal_handlers(session);
   }
   fuse_session_destroy(session);
+  fuse_opt_free_args(&args);
+  if (!read_sizes_path.empty() && !WriteReadSizes(read_sizes_path)) {
+    std::fprintf(stderr, "memfs_ceiling: cannot write %s\n", read_sizes_path.c_str());
+    rc = 1;
+  }
   return rc;
 }
