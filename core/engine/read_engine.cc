@@ -778,7 +778,8 @@ uint64_t ReadEngine::StreamWindow() const {
   return std::max(share, std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size));
 }
 
-void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end) {
+void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end,
+                               bool waited) {
   const ChunkPlan& plan = *state.plan;
   // Reading the header (to list tensors, say) calls for no tensor data.
   if (read_end <= plan.data_start()) return;
@@ -790,10 +791,12 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
       break;
     }
   }
+  const uint64_t least = std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size);
   if (s != nullptr) {
     s->last = std::max(s->last, last);
     s->frontier = std::max(s->frontier, last);
     ++s->reads;
+    if (waited) s->window = std::min(options_.prefetch_window, 2 * std::max(s->window, least));
   } else {
     if (!access.streams.empty()) ++access.far_jumps;
     Stream fresh{.start = first, .last = last, .frontier = last, .reads = 1, .id = next_stream_id_++};
@@ -822,7 +825,10 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
   // read: it calls for nothing more yet.
   const bool head_only = last == 0 && access.streams.size() == 1 && s->reads == 1;
   size_t target = head_only ? s->frontier : std::max(s->frontier, plan.TensorEnd(last));
-  if (s->reads >= 2) target = std::max(target, last + WindowChunks(plan, last + 1, StreamWindow()));
+  if (s->reads >= 2) {
+    const uint64_t window = std::min(StreamWindow(), std::max(s->window, least));
+    target = std::max(target, last + WindowChunks(plan, last + 1, window));
+  }
   target = std::min(target, plan.size() - 1);
   for (size_t i = std::max(last + 1, s->frontier + 1); i <= target; ++i) {
     if (!Request(state, i, /*prefetch=*/true)) break;
@@ -969,6 +975,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
       StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on
     }
+    bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming
     // Adds the entry `key` covering `piece` to the read: cached, or joined.
     auto add = [&](const ChunkKey& key, bool fetch_whole_chunk, ByteRange piece,
                    std::shared_ptr<const Chunk> held = nullptr) REQUIRES(mu_) {
@@ -983,6 +990,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         return;
       }
       metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
+      if (entry != nullptr && entry->prefetched) waited_on_prefetch = true;
       if (entry == nullptr) {
         if (fetch_whole_chunk) RequestPiece(state, key, piece, /*prefetch=*/false);
         entry = cache_.Find(key);
@@ -1073,7 +1081,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     } else if (kernel_read && mode == Mode::kUnknown) {
       if (!spans_tensors) RampWithinTensor(state, *access, op->range);
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
-      UpdateStreams(state, *access, first, last, op->range.end());
+      UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
     }
     if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it
   }

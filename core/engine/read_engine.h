@@ -108,7 +108,7 @@ struct EngineOptions {
   // Chunks the kernel has received in full (it caches them itself) are kept up
   // to this many bytes, for re-reads through other files; older ones are
   // evicted at once, and their buffers serve the next fetches.
-  uint64_t consumed_keep = 128ull << 20;
+  uint64_t consumed_keep = 64ull << 20;
   // -o shard=R/N: this process reads dim-0 slice R of N of every tensor; its
   // windows are prefetched from the first read on. world 0: learn from reads.
   uint64_t shard_rank = 0;
@@ -277,6 +277,12 @@ class ReadEngine {
     uint64_t age = 0;     // for replacing the least recently used stream
     uint64_t id = 0;      // engine-wide, for counting the streams being read
     bool continuation = false;  // made for the reader coming from the file before (ContinueInto)
+    // How far ahead of itself it is prefetched (bytes; 0: not grown yet, the
+    // least): doubled, up to its share of prefetch_window, each time a read
+    // of it waits for a prefetch that has not arrived. A store that keeps up
+    // (a local directory) is read ahead no further than it needs, in fewer
+    // fresh buffers; a link with a long first byte grows it in a few reads.
+    uint64_t window = 0;
   };
   // What one reader is doing in one object: the tensors it touched lately and
   // the runs of chunks it moves through.
@@ -404,8 +410,9 @@ class ReadEngine {
   // Requests the chunks (or edge pieces) covering `range` at prefetch priority.
   void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
-  // the prefetches it calls for.
-  void UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end)
+  // the prefetches it calls for; `waited`: the read waits for a prefetch.
+  void UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end,
+                     bool waited)
       REQUIRES(mu_);
   void TopUpSweep(ObjectState& state) REQUIRES(mu_);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's reader

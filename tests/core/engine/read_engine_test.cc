@@ -343,9 +343,10 @@ TEST_F(ReadEngineTest, StreamingReaderHoldsAWindowAndFetchesIntoReusedBuffers) {
   EXPECT_GE(counters.reused, blob.size / chunk / 2);
 }
 
-// Sequential readers share prefetch_window: one alone is prefetched a whole
-// window ahead, four at once a quarter each, so that many readers do not fill
-// the cache with chunks none of them has read yet.
+// Sequential readers share prefetch_window: one alone whose reads wait for
+// its prefetches (a link with a long first byte) grows to a whole window
+// ahead, four at once a quarter each, so that many readers do not fill the
+// cache with chunks none of them has read yet.
 TEST_F(ReadEngineTest, ConcurrentSequentialReadersShareThePrefetchWindow) {
   const uint64_t chunk = 64 << 10;
   const EngineOptions options{.chunk_size = chunk, .cache_size = 32 << 20, .max_fetches = 4,
@@ -360,14 +361,22 @@ TEST_F(ReadEngineTest, ConcurrentSequentialReadersShareThePrefetchWindow) {
   const uint64_t step = 128 << 10;
   {
     Metrics metrics;
-    ControlledStore store(memory_, /*hold=*/false);
+    ControlledStore store(memory_, /*hold=*/true);
     ReadEngine engine(store, options, metrics);
     uint64_t most = 0;
     for (uint64_t off = 0; off < 8 * step; off += step) {
-      ASSERT_TRUE(ReadSync(engine, blobs[0], off, step).ok());
+      // Each read finds its chunk still being prefetched, and waits for it.
+      std::promise<Status> done;
+      engine.Read(blobs[0], off, step, [&](StatusOr<ReadResult> r) { done.set_value(r.status()); });
+      std::future<Status> result = done.get_future();
+      for (int i = 0; i < 60000 && result.wait_for(std::chrono::milliseconds(1)) != std::future_status::ready; ++i) {
+        store.ReleaseAll();
+      }
+      ASSERT_TRUE(result.get().ok());
       most = std::max(most, metrics.cache_bytes.load());
     }
-    EXPECT_GE(most, options.prefetch_window) << "a reader alone has the whole window";
+    store.ReleaseAll();
+    EXPECT_GE(most, options.prefetch_window) << "a reader alone that waits grows to the whole window";
   }
   Metrics metrics;
   ControlledStore store(memory_, /*hold=*/false);
@@ -386,6 +395,30 @@ TEST_F(ReadEngineTest, ConcurrentSequentialReadersShareThePrefetchWindow) {
   // The window, plus per reader what its read and the chunk it is in hold, plus the kept chunk.
   const uint64_t bound = options.prefetch_window + blobs.size() * (step + chunk) + options.consumed_keep;
   EXPECT_LE(most, bound) << "four readers held " << most << " bytes";
+}
+
+// A reader whose prefetches arrive before it needs them (a store that keeps
+// up, such as a local directory) is read ahead no further than the least
+// window: the cache holds no more fresh buffers than that.
+TEST_F(ReadEngineTest, AReaderNeverWaitingIsReadAheadTheLeastWindow) {
+  const uint64_t chunk = 64 << 10;
+  const EngineOptions options{.chunk_size = chunk, .cache_size = 32 << 20, .max_fetches = 4,
+                              .prefetch_window = 1 << 20, .head_size = chunk, .consumed_keep = chunk};
+  memory_.Put("blob.bin", std::string(4 << 20, 'a'));
+  const ObjectInfo blob = *memory_.Stat("blob.bin");
+  Metrics metrics;
+  ControlledStore store(memory_, /*hold=*/false);
+  ReadEngine engine(store, options, metrics);
+  uint64_t most = 0;
+  for (uint64_t off = 0; off < blob.size; off += 128 << 10) {
+    ASSERT_TRUE(ReadSync(engine, blob, off, 128 << 10).ok());
+    // Its prefetches are in before its next read.
+    for (int i = 0; i < 60000 && !engine.Idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(engine.Idle()) << "the engine's fetches did not stop in 60 s";
+    most = std::max(most, metrics.cache_bytes.load());
+  }
+  // The least window (4 chunks), the chunks the read spans, the kept one.
+  EXPECT_LE(most, 4 * chunk + 3 * chunk + options.consumed_keep);
 }
 
 // A reader that read the start of a file in order, then jumps around in it,
