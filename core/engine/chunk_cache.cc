@@ -23,18 +23,22 @@ bool ChunkCache::Reserve(uint64_t bytes, bool evict_unconsumed) {
   return used_ + bytes <= capacity_;
 }
 
-ChunkCache::Entry& ChunkCache::InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched) {
+ChunkCache::Entry* ChunkCache::InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched) {
   auto [it, inserted] = entries_.try_emplace(key);
-  TENSORFS_CHECK(inserted);
+  if (!inserted) return nullptr;
   it->second.range = range;
   it->second.prefetched = prefetched;
   Charge(static_cast<int64_t>(range.length));
-  return it->second;
+  return &it->second;
 }
 
-std::vector<ChunkWaiter> ChunkCache::Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk) {
-  Entry& e = entries_.at(key);
-  TENSORFS_CHECK(e.chunk == nullptr && e.list == Entry::List::kNone);
+std::optional<std::vector<ChunkWaiter>> ChunkCache::Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk) {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.chunk != nullptr || it->second.list != Entry::List::kNone) {
+    evicted_.push_back(std::move(chunk));  // released after the caller's lock, as evicted chunks are
+    return std::nullopt;
+  }
+  Entry& e = it->second;
   e.chunk = std::move(chunk);
   e.delivered.assign((e.range.length + kPage * 64 - 1) / (kPage * 64), 0);
   e.list = Entry::List::kReady;
@@ -42,9 +46,9 @@ std::vector<ChunkWaiter> ChunkCache::Publish(const ChunkKey& key, std::shared_pt
   return std::move(e.waiters);
 }
 
-std::vector<ChunkWaiter> ChunkCache::Fail(const ChunkKey& key) {
+std::optional<std::vector<ChunkWaiter>> ChunkCache::Fail(const ChunkKey& key) {
   auto it = entries_.find(key);
-  TENSORFS_CHECK(it != entries_.end() && it->second.chunk == nullptr);
+  if (it == entries_.end() || it->second.chunk != nullptr) return std::nullopt;
   std::vector<ChunkWaiter> waiters = std::move(it->second.waiters);
   Charge(-static_cast<int64_t>(it->second.range.length));
   entries_.erase(it);
@@ -82,6 +86,7 @@ std::optional<ByteRange> ChunkCache::MarkDelivered(const ChunkKey& key, const Ch
 }
 
 void ChunkCache::Evict(const ChunkKey& key) {
+  // Called with keys from ready_ and consumed_ only, which name ready entries.
   auto it = entries_.find(key);
   TENSORFS_CHECK(it != entries_.end() && it->second.list != Entry::List::kNone);
   if (it->second.list == Entry::List::kConsumed) {

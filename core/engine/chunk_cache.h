@@ -65,12 +65,17 @@ class ChunkCache {
   // Makes room for `bytes` more: evicts consumed chunks, then (if
   // `evict_unconsumed`) any ready chunk, LRU first. False if it cannot.
   bool Reserve(uint64_t bytes, bool evict_unconsumed);
-  // A new loading entry, charged to the budget (call Reserve first).
-  Entry& InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched);
-  // The fetch succeeded: the entry becomes ready. Returns its waiters.
-  std::vector<ChunkWaiter> Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk);
+  // A new loading entry, charged to the budget (call Reserve first). Null if
+  // `key` has an entry already: the caller's state is inconsistent (a bug),
+  // which it reports; the cache is left as it was.
+  Entry* InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched);
+  // The fetch succeeded: the entry becomes ready. Returns its waiters; nullopt
+  // (and `chunk` dropped) if `key` names no loading entry, a bug the caller
+  // reports.
+  std::optional<std::vector<ChunkWaiter>> Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk);
   // The fetch failed: the entry is dropped so a later read tries again.
-  std::vector<ChunkWaiter> Fail(const ChunkKey& key);
+  // Returns its waiters; nullopt if `key` names no loading entry (a bug).
+  std::optional<std::vector<ChunkWaiter>> Fail(const ChunkKey& key);
   // A read used the chunk: most recently used.
   void Touch(const ChunkKey& key);
   // Bytes `part` (file offsets, within the chunk) of `chunk`, the entry's

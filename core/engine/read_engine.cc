@@ -100,8 +100,7 @@ ReadEngine::~ReadEngine() {
           std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
           w.clear();
         } else {
-          auto w = cache_.Fail(job.key);
-          std::move(w.begin(), w.end(), std::back_inserter(waiters));
+          if (auto w = cache_.Fail(job.key)) std::move(w->begin(), w->end(), std::back_inserter(waiters));
         }
       }
       queue->clear();
@@ -300,7 +299,10 @@ bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool s
 bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep) {
   if (cache_.Find(key) != nullptr) return true;
   if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
-  cache_.InsertLoading(key, range, prefetch);
+  if (cache_.InsertLoading(key, range, prefetch) == nullptr) {
+    Inconsistent(state.info.name + ": a cache entry appeared between Find and InsertLoading");
+    return true;
+  }
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
   if (sweep) ++state.sweep_in_flight;
   Enqueue(state, Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
@@ -338,7 +340,12 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
       const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page));
       if (!cache_.Reserve(length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
       const ChunkKey key = PieceKey(state, at);
-      cache_.InsertLoading(key, ByteRange{at, length}, prefetch);
+      if (cache_.InsertLoading(key, ByteRange{at, length}, prefetch) == nullptr) {
+        Inconsistent(state.info.name + ": a piece at " + std::to_string(at) +
+                     " is cached though no piece covers it");
+        at += length;  // left to the entry there; a read of it finds it
+        continue;
+      }
       state.pieces[at] = Piece{at + length, key};
       if (created != nullptr) created->emplace_back(ByteRange{at, length}, key);
       if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
@@ -1139,7 +1146,7 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
         return;
       }
       cache_.Reserve(size, /*evict_unconsumed=*/true);
-      cache_.InsertLoading(key, ByteRange{0, size}, /*prefetched=*/false).waiters.push_back(std::move(done));
+      cache_.InsertLoading(key, ByteRange{0, size}, /*prefetched=*/false)->waiters.push_back(std::move(done));
     }
   }
   if (unmounting) return done(UnavailableError("tensorfs is unmounting"));
@@ -1148,7 +1155,12 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
     std::vector<ChunkWaiter> waiters;
     {
       MutexLock lock(mu_);
-      waiters = chunk.ok() ? cache_.Publish(key, *chunk) : cache_.Fail(key);
+      std::optional<std::vector<ChunkWaiter>> taken = chunk.ok() ? cache_.Publish(key, *chunk) : cache_.Fail(key);
+      if (taken) {
+        waiters = std::move(*taken);
+      } else {
+        Inconsistent(key.object.name + ": a derived chunk finished with no entry waiting for it");
+      }
     }
     const StatusOr<std::shared_ptr<const Chunk>> result =
         chunk.ok() ? StatusOr<std::shared_ptr<const Chunk>>(std::shared_ptr<const Chunk>(*chunk))
@@ -1332,7 +1344,14 @@ void ReadEngine::RunJob(const Job& job) {
         state.head_requested = false;  // the next read tries again
       }
     } else {
-      waiters = status.ok() ? cache_.Publish(job.key, std::move(chunk)) : cache_.Fail(job.key);
+      std::optional<std::vector<ChunkWaiter>> taken =
+          status.ok() ? cache_.Publish(job.key, std::move(chunk)) : cache_.Fail(job.key);
+      if (taken) {
+        waiters = std::move(*taken);
+      } else {
+        Inconsistent(job.key.object.name + ": a fetch of " + std::to_string(job.range.offset) + "+" +
+                     std::to_string(job.range.length) + " finished with no loading entry for it");
+      }
       if (job.sweep) --state.sweep_in_flight;
       if (state.sweep && !stopping_) TopUpSweep(state);
       if (job.slice >= 0) {
