@@ -127,7 +127,11 @@ ReadEngine::ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
 ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& state) {
   auto [it, inserted] = readers_.try_emplace(reader);
   ReaderState& r = it->second;
-  if (inserted) r.learner = SliceLearner(tuning_);
+  if (inserted) {
+    r.learner = SliceLearner(tuning_);
+    r.clock.presumed_whole = !options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
+                       readahead_wanted_ == options_.readahead.whole;
+  }
   if (inserted || r.object != state.info.id()) {
     r.object = state.info.id();
     r.access = AccessState{};
@@ -528,7 +532,10 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
-    if (!known) {
+    // A whole-tensor reader's touches are the kernel reading around its
+    // copies' first and last pages, at its readahead: nothing to learn.
+    const bool whole_reader = now < reader.whole_until || reader.presumed_whole;
+    if (!known && !whole_reader) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin);
@@ -972,6 +979,11 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read) mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end);
     if (kernel_read && op->hints.reader.value != 0) {
       ReaderState& r = readers_.at(op->hints.reader);
+      if (mode == Mode::kSlice || mode == Mode::kNearSlice) {
+        r.clock.presumed_whole = false;
+      } else if (r.clock.presumed_whole && mode != Mode::kWhole) {
+        mode = Mode::kWhole;
+      }
       if (reader->reads < reader->whole_until) {
         SetKind(r, ReadaheadPolicy::Kind::kWhole);
       } else if (mode == Mode::kSlice) {

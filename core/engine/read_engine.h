@@ -297,6 +297,11 @@ class ReadEngine {
   struct ReaderClock {
     uint64_t reads = 0;        // kernel reads of safetensors data
     uint64_t whole_until = 0;  // whole-tensor reads seen: until `reads` reaches this
+    // Its file was opened at the whole-tensor readahead (a whole-tensor reader
+    // was seen on the mount): the kernel reads a whole readahead around its
+    // faults, so its reads of kinds not known yet fetch whole chunks rather
+    // than pieces of them, until its reads fall in a slice pattern's windows.
+    bool presumed_whole = false;
   };
   struct ReaderState {
     ObjectId object;  // the object `access` is of (an open file reads one)
