@@ -65,6 +65,19 @@
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted
 // in Metrics::engine_inconsistencies; the daemon goes on serving.
 //
+// Where each concern lives (one class, its definitions by concern):
+//   read_engine.cc      the facade: Read, Prefetch, ReadDerived, FinishRead,
+//                       per-object and per-reader state and its bounds, the
+//                       readahead sink;
+//   access_model.cc     what a reader is doing (Classify: touches, whole-tensor
+//                       and slice readers, copies), the bytes the kernel holds;
+//   fetch_planner.cc    which ranges to request: chunks, pieces, streams and
+//                       their windows, sweeps, slice windows, the next shard;
+//   fetch_scheduler.cc  queues, workers, the head fetch, publishing fetches;
+//   chunk_cache.h       the byte-budgeted cache; buffer_pool.h its buffers;
+//   slice_pattern.h     the slice learner; readahead_policy.h the mount's
+//                       readahead by kind of reader; tuning.h every constant.
+//
 // Thread-safety: all public methods may be called concurrently. mu_ guards the
 // cache and the per-object and per-reader state; it is never held across store
 // I/O, while calling a ReadDone or ChunkWaiter, or while unmapping an evicted

@@ -1,0 +1,280 @@
+// ReadEngine's access model: what each reader is doing, from the kernel's reads
+// alone (no fetching decided here but the few a copy's extent calls for at
+// once): the tensors it touched, whether it reads whole tensors, a slice
+// (taught to the slice learner) or is not known yet, and which bytes of a file
+// the kernel holds already. Declared in read_engine.h; state under mu_.
+#include "core/engine/read_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace tensorfs {
+
+ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, ReaderClock& reader,
+                                      SliceLearner& learner, ByteRange range, const ActivePattern** pattern,
+                                      uint64_t* copy_end) {
+  const ChunkPlan& plan = *state.plan;
+  const std::vector<TensorSpan>& tensors = plan.tensors();
+  int first = plan.TensorAt(range.offset);
+  if (first < 0) {  // in the header or padding: the tensor after it, if any
+    auto it = std::upper_bound(tensors.begin(), tensors.end(), range.offset,
+                               [](uint64_t off, const TensorSpan& t) { return off < t.begin; });
+    if (it == tensors.end() || it->begin >= range.end()) return Mode::kWhole;
+    first = static_cast<int>(it - tensors.begin());
+  }
+  const uint64_t now = ++reader.reads;
+  ++access.clock;
+
+  // Record the touch of every tensor the read overlaps.
+  bool last_page = false;
+  bool whole_end = false;
+  const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
+  // The tensors a read covers between its first and last tell nothing of the
+  // reader's slice or copies (they are read whole, by one read): only the
+  // first and the last are recorded, so a read across many small tensors
+  // records two touches, not one per tensor.
+  size_t last_tensor = static_cast<size_t>(first);
+  while (last_tensor + 1 < tensors.size() && tensors[last_tensor + 1].begin < range.end()) ++last_tensor;
+  for (size_t k = static_cast<size_t>(first); k <= last_tensor;
+       k = k == last_tensor ? k + 1 : std::max(k + 1, last_tensor)) {
+    const TensorSpan& t = tensors[k];
+    const uint64_t begin = std::max(range.offset, t.begin);
+    const uint64_t end = std::min(range.end(), t.end);
+    auto it = std::find_if(access.touches.begin(), access.touches.end(), [&](const Touch& touch) {
+      return touch.tensor == static_cast<int>(k) && begin <= touch.range.end() + tuning_.touch_gap &&
+             end + tuning_.touch_gap >= touch.range.offset;
+    });
+    if (it == access.touches.end()) {
+      // A read of a tensor past where the reader is in it: likely a copy's
+      // last page, read before the rest (see below).
+      uint64_t read_before = 0;
+      for (const Touch& x : access.touches) {
+        if (x.tensor == static_cast<int>(k) && x.range.end() <= begin) {
+          read_before = std::max(read_before, x.range.length);
+        }
+      }
+      if (k == static_cast<size_t>(first)) last_page = read_before > 0;
+      access.touches.push_back(
+          Touch{static_cast<int>(k), ByteRange{begin, end - begin}, access.clock, access.clock, crossing, access.clock});
+      it = std::prev(access.touches.end());
+      it->read_before = read_before;
+    } else {
+      const uint64_t b = std::min(begin, it->range.offset);
+      const uint64_t e = std::max(end, it->range.end());
+      if (b < it->range.offset || e > it->range.end()) it->grown_at = access.clock;
+      it->range = ByteRange{b, e - b};
+    }
+    // A copy (memcpy touches the first page of what it copies, then its last
+    // page, then the rest from the start): the touch this read grew began
+    // before the next touch of the tensor, a small one, appeared, and has
+    // grown since (maybe into it), and was no more than the read-around of
+    // a first page when it did (else the later touch is the kernel reading
+    // around the start of the next tensor, and the growth its readahead
+    // arriving late). The copy runs to the end of that touch.
+    // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
+    // host's slice, before its pattern is known) the bytes in between are
+    // fetched now and nothing past the copy is read ahead, so that learning
+    // the pattern costs little more than the slices read meanwhile.
+    // The last page of a tensor read right after its first, nothing of it
+    // read in between: likely the start of a copy of the whole tensor (told
+    // for sure once the first touch grows; a reader of the first slice of the
+    // next tensor makes the same read), so this read's chunk comes whole.
+    if (k == static_cast<size_t>(first) && t.size() >= tuning_.copy_min && it->first_read == access.clock &&
+        it->range.end() == t.end) {
+      int others = 0;
+      const Touch* head = nullptr;
+      for (const Touch& x : access.touches) {
+        if (x.tensor != static_cast<int>(k) || &x == &*it) continue;
+        ++others;
+        head = &x;
+      }
+      whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= access.clock &&
+                  head->range.length <= tuning_.copy_tail_max;
+    }
+    if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
+      const Touch* tail = nullptr;
+      for (const Touch& x : access.touches) {
+        if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.offset > it->range.offset &&
+            x.range.end() > it->range.end() && (tail == nullptr || x.range.offset < tail->range.offset)) {
+          tail = &x;
+        }
+      }
+      // A later touch at a known slice reader's window is that reader's first
+      // page, not a copy's last (the first touch was then the kernel reading
+      // around the header, its readahead arriving late).
+      if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
+          tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
+          !NearKnownWindow(state, k, tail->range)) {
+        if (it->range.offset == t.begin && tail->range.end() == t.end) {
+          spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
+          reader.whole_until = now + tuning_.whole_memory;
+          ContinueTensor(state, k);
+        } else if (it->copy_end == 0) {
+          it->copy_end = tail->range.end();
+          if (tail->range.offset > it->range.end()) {
+            PrefetchPieces(state, ByteRange{it->range.end(), tail->range.offset - it->range.end()});
+          }
+        }
+      }
+    }
+    // Touches that have grown into each other are one (a memcpy reads a
+    // slice's first page, its last, then the rest in between).
+    size_t grown = static_cast<size_t>(it - access.touches.begin());
+    for (size_t j = 0; j < access.touches.size();) {
+      Touch& t1 = access.touches[grown];
+      const Touch& t2 = access.touches[j];
+      if (j != grown && t2.tensor == t1.tensor && t2.range.offset <= t1.range.end() + tuning_.touch_gap &&
+          t1.range.offset <= t2.range.end() + tuning_.touch_gap) {
+        const uint64_t b = std::min(t1.range.offset, t2.range.offset);
+        const uint64_t e = std::max(t1.range.end(), t2.range.end());
+        t1.range = ByteRange{b, e - b};
+        t1.crossing = t1.crossing || t2.crossing;
+        t1.first_read = std::min(t1.first_read, t2.first_read);
+        t1.grown_at = std::max(t1.grown_at, t2.grown_at);
+        t1.copy_end = std::max(t1.copy_end, t2.copy_end);
+        access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(j));
+        if (j < grown) --grown;
+        continue;
+      }
+      ++j;
+    }
+    it = access.touches.begin() + static_cast<std::ptrdiff_t>(grown);
+    // A touch settles once its tensor is left, not just the touch.
+    for (Touch& other : access.touches) {
+      if (other.tensor == static_cast<int>(k)) other.last_read = access.clock;
+    }
+    // Nearly all of a tensor several reads long: a whole-tensor reader.
+    if (t.size() >= 4 * std::max<uint64_t>(range.length, tuning_.read_around_half) && it->range.length >= t.size() - t.size() / 10) {
+      if (reader.whole_until <= now) {
+        spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", state.info.name, k);
+      }
+      reader.whole_until = now + tuning_.whole_memory;
+    }
+  }
+
+  // Touches the reader has left teach the learner.
+  for (size_t i = 0; i < access.touches.size();) {
+    Touch& touch = access.touches[i];
+    if (access.clock - touch.last_read < tuning_.settle_reads && access.touches.size() <= tuning_.max_touches) {
+      ++i;
+      continue;
+    }
+    const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
+    // The kernel reading on past the end of one tensor (or around the start
+    // of the next) into a neighbour tells nothing about the reader's slice.
+    const bool spill = touch.crossing && touch.range.length < tuning_.spill_max &&
+                       (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    // A reader of a known pattern: its reads lie mostly inside the window.
+    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+      const ByteRange w = WindowOf(state, p.pattern, static_cast<size_t>(touch.tensor));
+      const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
+      return e > b && 2 * (e - b) >= o.end - o.begin;
+    });
+    // A whole-tensor reader's touches are the kernel reading around its
+    // copies' first and last pages, at its readahead: nothing to learn.
+    const bool whole_reader = now < reader.whole_until || reader.presumed_whole;
+    if (!known && !whole_reader) {
+      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
+                    touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
+                    o.end - o.tensor.begin);
+      if (std::optional<SlicePattern> learned = learner.Observe(o)) {
+        const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
+                                     [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
+        if (!dup) {
+          spdlog::info("{}: a reader takes {}: prefetching only those", state.info.name, learned->ToString());
+          patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
+          if (patterns_.size() > 8) DropPattern(options_.shard_world > 0 ? 1 : 0);
+        }
+      }
+    }
+    access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  // A read inside a known pattern's window of its tensor is that pattern's.
+  const size_t k = static_cast<size_t>(first);
+  const uint64_t begin = std::max(range.offset, tensors[k].begin);
+  const uint64_t end = std::min(range.end(), tensors[k].end);
+  for (const ActivePattern& p : patterns_) {
+    const ByteRange w = WindowOf(state, p.pattern, k);
+    if (begin < w.end() && end > w.offset) {
+      *pattern = &p;
+      return Mode::kSlice;
+    }
+  }
+  if (now < reader.whole_until) return Mode::kWhole;
+  // At a copy's likely last page, or past the end of a copy whose extent is
+  // known: the kernel reading around it.
+  if (whole_end) return Mode::kWholeEnd;
+  if (last_page) return Mode::kAround;
+  for (const Touch& x : access.touches) {
+    if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + tuning_.touch_gap || end < x.range.offset) continue;
+    if (begin >= x.copy_end) return Mode::kAround;
+    *copy_end = x.copy_end;
+  }
+  // Near a window of this tensor or of its neighbours: a slice reader's kernel
+  // reading around its slice.
+  for (const ActivePattern& p : patterns_) {
+    for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
+      if (IsNear(WindowOf(state, p.pattern, j), range)) {
+        *pattern = &p;
+        return Mode::kNearSlice;
+      }
+    }
+  }
+  return Mode::kUnknown;
+}
+
+bool ReadEngine::Given(const ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  return it != state.given.begin() && std::prev(it)->second >= range.end();
+}
+
+void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
+  uint64_t begin = range.offset;
+  uint64_t end = range.end();
+  auto it = state.given.upper_bound(begin);
+  if (it != state.given.begin() && std::prev(it)->second >= begin) --it;
+  while (it != state.given.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = state.given.erase(it);
+  }
+  state.given.emplace(begin, end);
+}
+
+void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  if (it != state.given.begin() && std::prev(it)->second > range.offset) --it;
+  while (it != state.given.end() && it->first < range.end()) {
+    const uint64_t begin = it->first;
+    const uint64_t end = it->second;
+    it = state.given.erase(it);
+    if (begin < range.offset) state.given.emplace(begin, range.offset);
+    if (end > range.end()) it = state.given.emplace(range.end(), end).first;
+  }
+}
+
+bool ReadEngine::IsNear(ByteRange window, ByteRange range) const {
+  return range.offset < window.end() + tuning_.near_window && range.end() + tuning_.near_window > window.offset;
+}
+
+bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const {
+  return std::any_of(patterns_.begin(), patterns_.end(),
+                     [&](const ActivePattern& p) { return IsNear(WindowOf(state, p.pattern, index), range); });
+}
+
+ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {
+  const ChunkPlan& plan = *state.plan;
+  if (readahead_wanted_ != 0 && readahead_wanted_ < tuning_.readahead && readahead_wanted_ == options_.readahead.slice) {
+    // Files are opened at the slice readahead: the kernel reads no further
+    // around a slice than that, whatever margins were learned at the larger one.
+    SlicePattern narrow = pattern;
+    narrow.before = std::min(narrow.before, tuning_.slice_read_around_half);
+    narrow.after = std::min(narrow.after, 2 * tuning_.slice_read_around_half);
+    return narrow.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
+  }
+  return pattern.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
+}
+
+}  // namespace tensorfs

@@ -1,0 +1,193 @@
+// ReadEngine's fetch scheduler: the demand and prefetch queues, the worker
+// threads that run range requests against the store (never under mu_), the
+// head fetch that builds an object's plan, and the publishing of each
+// finished fetch to the cache and to the reads waiting on it.
+#include "core/engine/read_engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/safetensors/header.h"
+
+namespace tensorfs {
+
+void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
+  ++state.jobs;
+  (prefetch ? prefetch_queue_ : demand_queue_).push_back(std::move(job));
+  work_cv_.NotifyOne();
+}
+
+void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
+  if (state.head_requested) {
+    if (!prefetch) {  // a reader waits: move a queued head prefetch to the front
+      auto it = std::find_if(prefetch_queue_.begin(), prefetch_queue_.end(),
+                             [&](const Job& j) { return j.head && j.key.object == state.info.id(); });
+      if (it != prefetch_queue_.end()) {
+        demand_queue_.push_back(std::move(*it));
+        prefetch_queue_.erase(it);
+      }
+    }
+    return;
+  }
+  state.head_requested = true;
+  Enqueue(state, Job{.object = state.info.id(), .key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true},
+          prefetch);
+}
+
+void ReadEngine::PrefetchHead(const ObjectInfo& object) {
+  if (object.size == 0) return;
+  MutexLock lock(mu_);
+  PruneObjects();
+  ObjectState& state = StateOf(object);
+  if (state.plan == nullptr) StartHead(state, /*prefetch=*/true);
+}
+
+void ReadEngine::WorkerLoop() {
+  for (;;) {
+    Job job;
+    {
+      MutexLock lock(mu_);
+      work_cv_.Wait(mu_, [&]() REQUIRES(mu_) {
+        return stopping_ || !demand_queue_.empty() || !prefetch_queue_.empty();
+      });
+      if (stopping_) return;
+      std::deque<Job>& queue = demand_queue_.empty() ? prefetch_queue_ : demand_queue_;
+      job = std::move(queue.front());
+      queue.pop_front();
+      ++running_jobs_;
+    }
+    RunJob(job);
+  }
+}
+
+StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
+                                                        std::shared_ptr<const ChunkPlan>* plan) {
+  const bool safetensors = object.name.ends_with(".safetensors");
+  uint64_t head = std::min(object.size, safetensors ? options_.head_size : options_.chunk_size);
+  auto chunk = std::make_shared<Chunk>(ByteRange{0, head}, pool_);
+  RETURN_IF_ERROR(store_.Read(object.id(), 0, chunk->writable()));
+  metrics_.bytes_fetched.fetch_add(head, std::memory_order_relaxed);
+  *plan = std::make_shared<const ChunkPlan>(ChunkPlan::Aligned(object.size, head, options_.chunk_size));
+  if (!safetensors) return chunk;
+
+  // A malformed header leaves the aligned plan: the file stays readable as is.
+  StatusOr<uint64_t> n = ParseHeaderLength(object.name, chunk->bytes(), object.size);
+  if (!n.ok()) return chunk;
+  const uint64_t header_end = kHeaderLengthBytes + *n;
+  if (header_end > head) {  // a header longer than the first request: fetch the rest
+    auto whole = std::make_shared<Chunk>(ByteRange{0, header_end}, pool_);
+    std::memcpy(whole->writable().data(), chunk->bytes().data(), head);
+    RETURN_IF_ERROR(store_.Read(object.id(), head, whole->writable().subspan(head)));
+    metrics_.fetches.fetch_add(1, std::memory_order_relaxed);
+    metrics_.bytes_fetched.fetch_add(header_end - head, std::memory_order_relaxed);
+    chunk = std::move(whole);
+    head = header_end;
+    *plan = std::make_shared<const ChunkPlan>(ChunkPlan::Aligned(object.size, head, options_.chunk_size));
+  }
+  StatusOr<SafetensorsHeader> header =
+      ParseHeader(object.name, chunk->bytes().subspan(kHeaderLengthBytes, *n), object.size);
+  if (!header.ok()) {
+    spdlog::debug("{}: {}; reading it as a plain file", object.name, header.status().message());
+    return chunk;
+  }
+  *plan = std::make_shared<const ChunkPlan>(ChunkPlan::ForSafetensors(*header, object.size, head, options_.chunk_size));
+  return chunk;
+}
+
+void ReadEngine::RunJob(const Job& job) {
+  metrics_.fetches_in_flight.fetch_add(1, std::memory_order_relaxed);
+  metrics_.fetches.fetch_add(1, std::memory_order_relaxed);
+  const auto started = std::chrono::steady_clock::now();
+  std::shared_ptr<Chunk> chunk;
+  std::shared_ptr<const ChunkPlan> plan;
+  Status status;
+  ObjectInfo info;
+  if (job.head) {
+    {
+      MutexLock lock(mu_);
+      info = objects_.at(job.object).info;
+    }
+    StatusOr<std::shared_ptr<Chunk>> head = FetchHead(info, &plan);
+    status = head.status();
+    if (head.ok()) chunk = std::move(*head);
+  } else {
+    chunk = std::make_shared<Chunk>(job.range, pool_);
+    status = store_.Read(job.object, job.range.offset, chunk->writable());
+    if (status.ok()) metrics_.bytes_fetched.fetch_add(job.range.length, std::memory_order_relaxed);
+  }
+  metrics_.fetch_latency.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  metrics_.fetches_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  if (!status.ok()) {
+    metrics_.CountError(status.code());
+    status = status.WithContext("fetch of " + std::to_string(job.range.length) + " bytes at " +
+                                std::to_string(job.range.offset) + " of " + job.object.name);
+  }
+
+  std::vector<ChunkWaiter> waiters;
+  std::vector<std::function<void(const Status&)>> plan_waiters;
+  const StatusOr<std::shared_ptr<const Chunk>> result =
+      status.ok() ? StatusOr<std::shared_ptr<const Chunk>>(std::shared_ptr<const Chunk>(chunk))
+                  : StatusOr<std::shared_ptr<const Chunk>>(status);
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
+  {
+    MutexLock lock(mu_);
+    EvictedChunks keep_evicted(cache_, evicted);
+    ObjectState& state = objects_.at(job.object);
+    --state.jobs;
+    --running_jobs_;
+    if (job.head) {
+      plan_waiters = std::move(state.plan_waiters);
+      state.plan_waiters.clear();
+      if (status.ok()) {
+        state.plan = std::move(plan);
+        ChunkKey key{job.key.object, 0};
+        if (cache_.Find(key) == nullptr) {
+          cache_.Reserve(chunk->range().length, /*evict_unconsumed=*/true);
+          cache_.InsertLoading(key, chunk->range(), /*prefetched=*/true);
+          cache_.Publish(key, std::move(chunk));
+        }
+        if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
+        state.continue_bytes = 0;
+        if (!stopping_) {
+          for (const auto& [range, within] : state.pending_prefetch) PrefetchRange(state, range, within);
+          if (!state.plan->tensors().empty()) {
+            for (int id : state.pending_sweeps) StartSliceSweep(state, id, 0);
+          }
+        }
+        state.pending_prefetch.clear();
+        state.pending_sweeps.clear();
+      } else {
+        state.head_requested = false;  // the next read tries again
+      }
+    } else {
+      std::optional<std::vector<ChunkWaiter>> taken =
+          status.ok() ? cache_.Publish(job.key, std::move(chunk)) : cache_.Fail(job.key);
+      if (taken) {
+        waiters = std::move(*taken);
+      } else {
+        Inconsistent(job.key.object.name + ": a fetch of " + std::to_string(job.range.offset) + "+" +
+                     std::to_string(job.range.length) + " finished with no loading entry for it");
+      }
+      if (job.sweep) --state.sweep_in_flight;
+      if (state.sweep && !stopping_) TopUpSweep(state);
+      if (job.slice >= 0) {
+        auto it = state.slice_sweeps.find(job.slice);
+        if (it != state.slice_sweeps.end()) {
+          it->second.in_flight -= std::min(it->second.in_flight, job.range.length);
+          if (!stopping_) TopUpSliceSweep(state, job.slice, it->second.start);
+        }
+      }
+      if (!status.ok() && job.key.object.name != job.object.name) {
+        auto piece = state.pieces.find(job.range.offset);
+        if (piece != state.pieces.end() && piece->second.key == job.key) state.pieces.erase(piece);
+      }
+    }
+  }
+  for (auto& w : waiters) w(result);
+  for (auto& w : plan_waiters) w(status);
+}
+
+}  // namespace tensorfs
