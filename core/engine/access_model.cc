@@ -166,7 +166,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     const bool spill = touch.crossing && touch.range.length < tuning_.spill_max &&
                        (o.begin == o.tensor.begin || o.end == o.tensor.end);
     // A reader of a known pattern: its reads lie mostly inside the window.
-    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) REQUIRES(mu_) {
       const ByteRange w = WindowOf(state, p.pattern, static_cast<size_t>(touch.tensor));
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
@@ -261,7 +261,7 @@ bool ReadEngine::IsNear(ByteRange window, ByteRange range) const {
 
 bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const {
   return std::any_of(patterns_.begin(), patterns_.end(),
-                     [&](const ActivePattern& p) { return IsNear(WindowOf(state, p.pattern, index), range); });
+                     [&](const ActivePattern& p) REQUIRES(mu_) { return IsNear(WindowOf(state, p.pattern, index), range); });
 }
 
 ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {
