@@ -671,28 +671,48 @@ def main():
             return Mount([args.tensorfs, source, mnt, "-f", "-o", opts], mnt, env,
                          os.path.join(args.work, f"{target}.log"))
 
-        # What a tensorfs mount has in force, for memfs_ceiling to run with the same.
+        # tensorfs, cold: a fresh mount per reader, the page cache dropped. What the mount has in
+        # force is read when it is up and again when the reader is done: tensorfs sets the
+        # readahead of the files opened after it has seen what kind of reader it serves.
         ensure_fusectl()
-        m = tensorfs_mount(next(iter(sources)))
-        mounts.append(m)
-        try:
-            probe = mount_settings(m.path)
-        finally:
-            m.stop()
-            mounts.remove(m)
-        results["tensorfs_settings"] = probe
-        log(f"tensorfs mount in force: read_ahead_kb {probe['read_ahead_kb']}, max_background "
-            f"{probe['max_background']}, congestion_threshold {probe['congestion_threshold']}")
-        memfs_argv = [args.memfs, "-f"]
-        if probe["read_ahead_kb"] is not None:
-            memfs_argv += ["--read-ahead-kb", str(probe["read_ahead_kb"])]
-        if probe["max_background"] is not None:
-            memfs_argv += ["--max-background", str(probe["max_background"])]
-        if probe["congestion_threshold"] is not None:
-            memfs_argv += ["--congestion-threshold", str(probe["congestion_threshold"])]
+        for target in sources:
+            for loader in loaders:
+                drop_caches()
+                warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
+                m = tensorfs_mount(target)
+                mnt = m.path
+                mounts.append(m)
+                try:
+                    at_mount = mount_settings(mnt)
+                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
+                                           m.proc.pid)
+                    record(target, loader, measurement, m.peak_rss())
+                    settings = mount_settings(mnt)
+                    settings["read_ahead_kb_at_mount"] = at_mount["read_ahead_kb"]
+                    results["mounts"].setdefault(target, {})[loader] = settings
+                    stats = tensorfs_stats(args.tensorfs, mnt, env) or {}
+                    results["read_sizes"].setdefault(target, {})[loader] = stats.get("fuse_read_sizes")
+                    if args.trace and loader == "readers" and target != "tensorfs-dir":
+                        m.log.flush()
+                        rows = request_timeline(m.log.name, slices(paths, args.readers))
+                        results.setdefault("trace", {})[target] = rows
+                        print_timeline(target, rows)
+                finally:
+                    m.stop()
+                    mounts.remove(m)
 
-        # The FUSE ceiling: memfs_ceiling, a fresh mount per reader.
+        # The FUSE ceiling: memfs_ceiling, a fresh mount per reader, given the readahead, the
+        # max_background and the congestion_threshold tensorfs had in force when it was done
+        # with the same reader (set in memfs_ceiling's INIT reply), so both run at the same
+        # settings and no constant is copied.
         for loader in loaders:
+            probe = next((results["mounts"][t][loader] for t in sources if loader in results["mounts"].get(t, {})),
+                         {})
+            memfs_argv = [args.memfs, "-f"]
+            for key, flag in (("read_ahead_kb", "--read-ahead-kb"), ("max_background", "--max-background"),
+                              ("congestion_threshold", "--congestion-threshold")):
+                if probe.get(key) is not None:
+                    memfs_argv += [flag, str(probe[key])]
             mnt = os.path.join(args.work, "memfs")
             sizes_path = os.path.join(args.work, "memfs-read-sizes.json")
             if os.path.exists(sizes_path):
@@ -715,30 +735,6 @@ def main():
                     results["read_sizes"].setdefault("memfs", {})[loader] = json.load(f)
             except (OSError, ValueError):
                 results["read_sizes"].setdefault("memfs", {})[loader] = None
-
-        # tensorfs, cold: a fresh mount per reader, the page cache dropped.
-        for target in sources:
-            for loader in loaders:
-                drop_caches()
-                warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
-                m = tensorfs_mount(target)
-                mnt = m.path
-                mounts.append(m)
-                try:
-                    results["mounts"].setdefault(target, {})[loader] = mount_settings(mnt)
-                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
-                                           m.proc.pid)
-                    record(target, loader, measurement, m.peak_rss())
-                    stats = tensorfs_stats(args.tensorfs, mnt, env) or {}
-                    results["read_sizes"].setdefault(target, {})[loader] = stats.get("fuse_read_sizes")
-                    if args.trace and loader == "readers" and target != "tensorfs-dir":
-                        m.log.flush()
-                        rows = request_timeline(m.log.name, slices(paths, args.readers))
-                        results.setdefault("trace", {})[target] = rows
-                        print_timeline(target, rows)
-                finally:
-                    m.stop()
-                    mounts.remove(m)
     finally:
         for m in mounts:
             m.stop()
@@ -788,9 +784,17 @@ def report(r, loaders):
         print(f"copy from the source: {cc['cpu_s_per_gb']:.3f} CPU-s per GB ({cc['method']})")
     mounts = r.get("mounts", {})
     if mounts:
-        show = lambda m: "-" if m is None else "/".join("?" if m.get(k) is None else str(m[k]) for k in
-                                                       ("read_ahead_kb", "max_background", "congestion_threshold"))
-        header("in force per mount: read_ahead_kb / max_background / congestion_threshold", fuse)
+        def show(m):
+            if m is None:
+                return "-"
+            cells = ["?" if m.get(k) is None else str(m[k]) for k in
+                     ("read_ahead_kb", "max_background", "congestion_threshold")]
+            first = m.get("read_ahead_kb_at_mount")
+            if first is not None and str(first) != cells[0]:
+                cells[0] = f"{first}->{cells[0]}"
+            return "/".join(cells)
+        header("in force per mount (tensorfs: read_ahead_kb at mount->when the reader was done) / "
+               "max_background / congestion_threshold", fuse)
         for l in loaders:
             print(f"| {names[l]} | " + " | ".join(show(mounts.get(t, {}).get(l)) for t in fuse) + " |")
     header("reader, GB/s (tensorfs: x memfs_ceiling)", targets)

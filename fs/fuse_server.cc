@@ -224,9 +224,13 @@ struct FuseHandlers {
     auto& server = *static_cast<FuseServer*>(userdata);
     conn->max_read = FuseServer::kMaxRead;  // must match the max_read mount option
     conn->max_readahead = FuseServer::kInitMaxReadahead;
-    // Let the kernel keep many reads in flight: each waits on the network, not on us.
-    conn->max_background = 64;
-    conn->congestion_threshold = 48;
+    // How many readahead reads the kernel keeps queued for us, and where it
+    // holds readahead back (ValidateMountOptions derives them from the CPUs).
+    const int background = server.options_.max_background > 0 ? server.options_.max_background
+                                                                : DefaultMaxBackground(UsableCpus());
+    conn->max_background = static_cast<unsigned>(background);
+    conn->congestion_threshold = static_cast<unsigned>(
+        server.options_.congestion_threshold > 0 ? server.options_.congestion_threshold : background * 3 / 4);
     if (conn->capable & FUSE_CAP_READDIRPLUS) conn->want |= FUSE_CAP_READDIRPLUS;
     if (conn->capable & FUSE_CAP_CACHE_SYMLINKS) conn->want |= FUSE_CAP_CACHE_SYMLINKS;
     // At debug: a background mount's terminal hears nothing when all is well.

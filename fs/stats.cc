@@ -56,6 +56,7 @@ std::string RenderStatsText(const nlohmann::json& s) {
   out << "\n";
   out << "cache                   " << Bytes(static_cast<double>(u("cache_bytes"))) << " held; " << hits << " hits, " << misses
       << " misses, " << u("cache_evictions") << " evictions\n";
+  out << "chunk buffers           " << u("buffers_reused") << " reused, " << u("buffers_mapped") << " mapped fresh\n";
   out << "metadata requests       " << u("metadata_requests") << "\n";
   const auto& lat = s.value("fetch_latency", nlohmann::json::object());
   char line[128];

@@ -32,7 +32,12 @@ constexpr int kMadvPopulateWrite = 23;  // Linux 5.14
 BufferPool::Options BufferPool::Options::ForCache(uint64_t cache_size) {
   Options options;
   options.max_idle_bytes = std::min<uint64_t>(64ull << 20, cache_size / 4);
+  options.budget = cache_size;
   return options;
+}
+
+uint64_t BufferPool::IdleLimit() const {
+  return options_.max_idle_bytes + (options_.budget > out_bytes_ ? options_.budget - out_bytes_ : 0);
 }
 
 BufferPool::Buffer BufferPool::Map(size_t length) {
@@ -85,6 +90,7 @@ BufferPool::Buffer BufferPool::Acquire(size_t length) {
   Buffer reused;
   {
     MutexLock lock(mu_);
+    out_bytes_ += want;
     auto it = idle_.lower_bound(want);
     if (it != idle_.end() && it->first / 2 < want) {
       reused = {it->second.data, it->first};
@@ -94,6 +100,10 @@ BufferPool::Buffer BufferPool::Acquire(size_t length) {
     } else {
       ++mapped_;
     }
+  }
+  if (options_.metrics != nullptr) {
+    (reused.data != nullptr ? options_.metrics->buffers_reused : options_.metrics->buffers_mapped)
+        .fetch_add(1, std::memory_order_relaxed);
   }
   if (reused.data == nullptr) return Map(length);
   if (reused.capacity > want) {  // give the pages past `want` back
@@ -105,20 +115,23 @@ BufferPool::Buffer BufferPool::Acquire(size_t length) {
 
 void BufferPool::Release(Buffer buffer) {
   if (buffer.data == nullptr) return;
-  if (buffer.capacity > options_.max_idle_bytes) {
-    Unmap(buffer);
-    MutexLock lock(mu_);
-    ++unmapped_;
-    return;
-  }
-  bool was_empty;
+  bool unmap = false;
+  bool was_empty = false;
   {
     MutexLock lock(mu_);
-    was_empty = idle_.empty();
-    while (idle_bytes_ + buffer.capacity > options_.max_idle_bytes) DropOldest();
-    idle_.emplace(buffer.capacity, Idle{buffer.data, std::chrono::steady_clock::now()});
-    idle_bytes_ += buffer.capacity;
+    out_bytes_ -= std::min<uint64_t>(out_bytes_, buffer.capacity);
+    const uint64_t limit = IdleLimit();
+    if (buffer.capacity > limit) {
+      unmap = true;
+      ++unmapped_;
+    } else {
+      was_empty = idle_.empty();
+      while (idle_bytes_ + buffer.capacity > limit) DropOldest();
+      idle_.emplace(buffer.capacity, Idle{buffer.data, std::chrono::steady_clock::now()});
+      idle_bytes_ += buffer.capacity;
+    }
   }
+  if (unmap) Unmap(buffer);
   if (was_empty) cv_.NotifyAll();  // wakes the trimmer
 }
 
@@ -167,7 +180,7 @@ void BufferPool::TrimLoop() {
 
 BufferPool::Counters BufferPool::counters() const {
   MutexLock lock(mu_);
-  return Counters{reused_, mapped_, unmapped_, idle_bytes_, idle_.size()};
+  return Counters{reused_, mapped_, unmapped_, idle_bytes_, idle_.size(), out_bytes_};
 }
 
 }  // namespace tensorfs

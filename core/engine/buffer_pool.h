@@ -8,10 +8,15 @@
 // flight (ReadResult::owner). A buffer is therefore never handed to a new chunk
 // while anyone can still read the old one.
 //
-// Memory: idle buffers are bounded by Options::max_idle_bytes (the oldest are
-// unmapped first when over), and a buffer idle for longer than Options::idle_ttl
-// is unmapped by a background thread, so an idle mount holds no pooled memory.
-// The bytes in use are the cache's business (its budget counts every live chunk).
+// Memory: the bytes in use are the cache's business (its budget counts every
+// live chunk). Idle buffers may fill what the buffers out leave free of the
+// cache's budget, and Options::max_idle_bytes besides (the oldest are unmapped first when over), so
+// the chunks and the idle buffers together stay within the cache's budget plus
+// max_idle_bytes. A stream's prefetch window comes back all at once when its
+// reader reaches the end of a file, and the next file's fetches take it up
+// again; a fixed bound below the window unmapped those buffers and mapped (and
+// zeroed) fresh ones. A buffer idle for longer than Options::idle_ttl is
+// unmapped by a background thread, so an idle mount holds no pooled memory.
 //
 // Sizes: a buffer is page-rounded. Acquire(n) takes the smallest idle buffer of
 // at least n bytes and less than twice n, giving the pages past n back to the
@@ -32,6 +37,7 @@
 #include <map>
 #include <thread>
 
+#include "core/metrics/metrics.h"
 #include "core/util/thread_annotations.h"
 
 namespace tensorfs {
@@ -41,9 +47,16 @@ class BufferPool {
   struct Options {
     uint64_t max_idle_bytes = 64ull << 20;
     std::chrono::milliseconds idle_ttl{2000};
+    // Idle buffers may also take the part of `budget` that the buffers out
+    // (acquired, not yet released) leave free. 0: no budget.
+    uint64_t budget = 0;
+    // When set, each Acquire is counted in its buffers_reused or
+    // buffers_mapped (it must outlive the pool's users that acquire).
+    Metrics* metrics = nullptr;
 
-    // The pool for a cache of `cache_size` bytes: a quarter of it, at most 64 MiB,
-    // so the mount stays within cache_size plus its fixed overhead.
+    // The pool for a cache of `cache_size` bytes: the cache's budget, and a
+    // quarter of it, at most 64 MiB, besides, so the mount stays within
+    // cache_size plus its fixed overhead.
     static Options ForCache(uint64_t cache_size);
   };
 
@@ -58,6 +71,7 @@ class BufferPool {
     uint64_t unmapped = 0;     // buffers given back to the system
     uint64_t idle_bytes = 0;   // now
     uint64_t idle_buffers = 0; // now
+    uint64_t out_bytes = 0;    // now: acquired, not yet released
   };
 
   explicit BufferPool(Options options);
@@ -89,6 +103,8 @@ class BufferPool {
   };
   using IdleMap = std::multimap<size_t, Idle>;  // by capacity
 
+  // The most bytes idle buffers may hold now.
+  uint64_t IdleLimit() const REQUIRES(mu_);
   // Unmaps the longest-idle buffer.
   void DropOldest() REQUIRES(mu_);
   void TrimLoop() EXCLUDES(mu_);
@@ -99,6 +115,7 @@ class BufferPool {
   bool stopping_ GUARDED_BY(mu_) = false;
   IdleMap idle_ GUARDED_BY(mu_);
   uint64_t idle_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t out_bytes_ GUARDED_BY(mu_) = 0;
   uint64_t reused_ GUARDED_BY(mu_) = 0;
   uint64_t mapped_ GUARDED_BY(mu_) = 0;
   uint64_t unmapped_ GUARDED_BY(mu_) = 0;

@@ -67,8 +67,11 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       options_(options),
       tuning_(Tuning::For(options.chunk_size, options.readahead.unknown, options.readahead.slice)),
       metrics_(metrics),
-      pool_(pool != nullptr ? std::move(pool)
-                            : std::make_shared<BufferPool>(BufferPool::Options::ForCache(options.cache_size))),
+      pool_(pool != nullptr ? std::move(pool) : std::make_shared<BufferPool>([&] {
+        BufferPool::Options o = BufferPool::Options::ForCache(options.cache_size);
+        o.metrics = &metrics;
+        return o;
+      }())),
       cache_(options.cache_size, options.consumed_keep, metrics),
       learner_(tuning_),
       readahead_(options.readahead),

@@ -81,6 +81,7 @@ nlohmann::json Metrics::ToJson() const {
       {"read_requests", load(read_requests)},   {"bytes_served", load(bytes_served)},
       {"cache_hits", load(cache_hits)},         {"cache_misses", load(cache_misses)},
       {"cache_evictions", load(cache_evictions)}, {"cache_bytes", load(cache_bytes)},
+      {"buffers_reused", load(buffers_reused)}, {"buffers_mapped", load(buffers_mapped)},
       {"fetches", load(fetches)},               {"prefetches", load(prefetches)},
       {"bytes_fetched", load(bytes_fetched)},   {"fetches_in_flight", load(fetches_in_flight)},
       {"metadata_requests", load(metadata_requests)},

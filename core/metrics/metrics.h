@@ -81,6 +81,10 @@ struct Metrics {
   std::atomic<uint64_t> cache_misses{0};     // chunk lookups that had to fetch (or join a fetch)
   std::atomic<uint64_t> cache_evictions{0};  // chunks dropped to stay within cache_size
   std::atomic<uint64_t> cache_bytes{0};      // bytes held by the cache now
+  // Chunk buffers: fetches given an idle buffer, and fetches that mapped a
+  // fresh one (which the kernel zeroes before the fetch writes it).
+  std::atomic<uint64_t> buffers_reused{0};
+  std::atomic<uint64_t> buffers_mapped{0};
   // Store side.
   std::atomic<uint64_t> fetches{0};            // ranged reads issued to the store
   std::atomic<uint64_t> prefetches{0};         // of which started by prefetch

@@ -1,12 +1,15 @@
 #include "core/options/mount_options.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <regex>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -71,6 +74,24 @@ const std::array kOptions = {
                  double n = 0;
                  RETURN_IF_ERROR(ParseNumber("max_threads", v, 1, 1024, n));
                  o.max_threads = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{"max_background", "N",
+               "FUSE reads the kernel keeps queued for tensorfs in the background (readahead) (default "
+               "8 per CPU, at least 16, at most 64)",
+               [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("max_background", v, 1, 65535, n));
+                 o.max_background = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{"congestion_threshold", "N",
+               "queued background reads at which the kernel holds back readahead (default 3/4 of "
+               "max_background)",
+               [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("congestion_threshold", v, 1, 65535, n));
+                 o.congestion_threshold = static_cast<int>(n);
                  return OkStatus();
                }},
     OptionSpec{"attr_timeout", "SECONDS", "how long the kernel caches attributes (default 3600)",
@@ -144,9 +165,10 @@ const std::array kOptions = {
                  return OkStatus();
                }},
     OptionSpec{"read_ahead", "SIZE",
-               "kernel readahead of the mount (its bdi read_ahead_kb): more keeps more 1 MiB reads of a "
-               "sequential read() in flight, but an mmap fault then reads that much around it, which costs "
-               "readers of a slice of each tensor; 0 keeps the kernel's 128 KiB (default 0)",
+               "kernel readahead of every file of the mount (its bdi read_ahead_kb), fixed: more keeps more "
+               "1 MiB reads of a sequential read() in flight, but an mmap fault then reads that much around "
+               "it, which costs readers of a slice of each tensor (default: set by what the readers do, see "
+               "README)",
                [](MountOptions& o, std::string_view v) {
                  RETURN_IF_ERROR(ParseSize("read_ahead", v, o.read_ahead));
                  if (o.read_ahead > (1ull << 30)) return InvalidArgumentError("read_ahead must be at most 1G");
@@ -395,7 +417,24 @@ Status ValidateMountOptions(MountOptions& options) {
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());
+  if (options.max_background == 0) options.max_background = DefaultMaxBackground(UsableCpus());
+  if (options.congestion_threshold == 0) {
+    options.congestion_threshold = std::max(1, options.max_background * 3 / 4);
+  } else if (options.congestion_threshold > options.max_background) {
+    return InvalidArgumentError("congestion_threshold=" + std::to_string(options.congestion_threshold) +
+                                " is above max_background=" + std::to_string(options.max_background) +
+                                ": the kernel would never hold readahead back; lower it or raise max_background");
+  }
   return OkStatus();
+}
+
+int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(8 * cpus, 16, 64)); }
+
+unsigned UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
 }
 
 Status CheckMountPointDirectory(const std::string& mountpoint) {

@@ -33,6 +33,10 @@ struct MountOptions {
   bool fuse_debug = false;   // -d: libfuse's request trace (implies foreground)
   bool allow_other = false;  // let other users see the mount
   int max_threads = 16;      // FUSE worker threads
+  // FUSE INIT's max_background and congestion_threshold; 0: derived (see
+  // FuseQueueLimits).
+  int max_background = 0;
+  int congestion_threshold = 0;
   double attr_timeout_s = 3600;   // kernel attribute cache lifetime
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
@@ -94,6 +98,13 @@ StatusOr<std::string> FitEngineToCache(MountOptions& options);
 // mount point: start-up must not touch it before mounting (an automount there
 // would wait for this very mount); see CheckMountPointDirectory.
 Status ValidateMountOptions(MountOptions& options);
+
+// The default max_background for a machine with `cpus` CPUs (see README,
+// "Readahead": chosen by measurement, scaled to the CPUs).
+int DefaultMaxBackground(unsigned cpus);
+// The CPUs this process may run on (its affinity mask, as a container's
+// cpuset limits it), at least 1.
+unsigned UsableCpus();
 
 // Why `mountpoint` cannot be mounted on (missing, not a directory), or OK. Used
 // to explain a failed mount, and by `mount -f`, which mounts nothing.

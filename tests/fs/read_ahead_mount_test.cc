@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "core/options/mount_options.h"
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
@@ -22,22 +23,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ReadWhole;
+using testing::FuseConnectionSetting;
+using testing::ReadAheadKib;
 using testing::RunCommand;
 using testing::TempDir;
 using testing::TensorfsMount;
-
-// The readahead in force on the mount at `mountpoint`, in KiB; -1 if unknown.
-// stat() of the mount's root waits for INIT to be answered, so what is read
-// after it is what the kernel kept.
-long ReadAheadKib(const std::string& mountpoint) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) return -1;
-  std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
-                   "/read_ahead_kb");
-  long kib = -1;
-  in >> kib;
-  return kib;
-}
 
 class ReadAheadMountTest : public ::testing::Test {
  protected:
@@ -77,6 +67,23 @@ TEST_F(ReadAheadMountTest, ValueTheKernelRoundsIsAWarningNamingTheValueInForce) 
   EXPECT_EQ(ReadAheadKib(mount->path()), 4);
   EXPECT_THAT(mount->Log(), HasSubstr("read_ahead=6 KiB: the kernel keeps")) << mount->Log();
   EXPECT_THAT(mount->Log(), HasSubstr("at 4 KiB")) << mount->Log();
+}
+
+// max_background and congestion_threshold reach the kernel in the INIT reply:
+// by default derived from the CPUs, else as given.
+TEST_F(ReadAheadMountTest, QueueLimitsFollowTheCpusByDefault) {
+  auto mount = Mount({});
+  ASSERT_NE(mount, nullptr);
+  const int background = DefaultMaxBackground(UsableCpus());
+  EXPECT_EQ(FuseConnectionSetting(mount->path(), "max_background"), background) << mount->Log();
+  EXPECT_EQ(FuseConnectionSetting(mount->path(), "congestion_threshold"), background * 3 / 4) << mount->Log();
+}
+
+TEST_F(ReadAheadMountTest, QueueLimitsTakeTheOptions) {
+  auto mount = Mount({"-o", "max_background=40,congestion_threshold=10"});
+  ASSERT_NE(mount, nullptr);
+  EXPECT_EQ(FuseConnectionSetting(mount->path(), "max_background"), 40) << mount->Log();
+  EXPECT_EQ(FuseConnectionSetting(mount->path(), "congestion_threshold"), 10) << mount->Log();
 }
 
 #ifdef TENSORFS_MEMFS_CEILING

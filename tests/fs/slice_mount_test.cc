@@ -19,6 +19,7 @@ namespace tensorfs {
 namespace {
 
 namespace fsys = std::filesystem;
+using testing::ReadAheadKib;
 using testing::RunCommand;
 using testing::TempDir;
 using testing::TensorfsMount;
@@ -102,18 +103,6 @@ TEST_P(SliceMountTest, ShardOptionFetchesItsSliceFromTheStart) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, SliceMountTest, ::testing::Values("storage", "random"));
-
-// The mount's readahead now (its bdi's read_ahead_kb, KiB): what files opened
-// now get.
-long ReadAheadKib(const std::string& mountpoint) {
-  struct stat st;
-  if (::stat(mountpoint.c_str(), &st) != 0) return -1;
-  std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
-                   "/read_ahead_kb");
-  long kib = -1;
-  in >> kib;
-  return kib;
-}
 
 // The FUSE read requests the kernel sent, by size (rounded up to a power of two).
 std::map<uint64_t, uint64_t> ReadSizes(const std::string& mountpoint) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +87,27 @@ bool IsMounted(const std::string& path) {
     if (mount_point == path) return true;
   }
   return false;
+}
+
+long ReadAheadKib(const std::string& mountpoint) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) return -1;
+  std::ifstream in("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)) +
+                   "/read_ahead_kb");
+  long kib = -1;
+  in >> kib;
+  return kib;
+}
+
+long FuseConnectionSetting(const std::string& mountpoint, const std::string& name) {
+  struct stat st;
+  if (::stat(mountpoint.c_str(), &st) != 0) return -1;
+  const std::string connections = "/sys/fs/fuse/connections";
+  if (!IsMounted(connections)) RunCommand("mount -t fusectl fusectl " + connections);
+  std::ifstream in(connections + "/" + std::to_string(minor(st.st_dev)) + "/" + name);
+  long value = -1;
+  in >> value;
+  return value;
 }
 
 std::unique_ptr<TensorfsMount> TensorfsMount::Start(const std::string& source,

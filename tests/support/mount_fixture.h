@@ -54,6 +54,15 @@ std::string TensorfsBinary();
 // True when `path` is a mount point in /proc/self/mountinfo.
 bool IsMounted(const std::string& path);
 
+// The readahead of the mount at `mountpoint` now (its bdi's read_ahead_kb, KiB):
+// what files opened now get; -1 if it cannot be read. stat() of the mount's root
+// waits for INIT to be answered, so what is read after it is what the kernel kept.
+long ReadAheadKib(const std::string& mountpoint);
+// A setting of the FUSE connection of the mount at `mountpoint`
+// (/sys/fs/fuse/connections/MINOR/NAME: max_background, congestion_threshold),
+// mounting fusectl there first if needed; -1 if it cannot be read.
+long FuseConnectionSetting(const std::string& mountpoint, const std::string& name);
+
 class TensorfsMount {
  public:
   // Runs `tensorfs SOURCE MOUNTPOINT -f ARGS...` and waits up to 60 s for the

@@ -86,6 +86,38 @@ TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
   EXPECT_THAT(CheckMountPointDirectory("/etc/hostname").message(), HasSubstr("not a directory"));
 }
 
+TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
+  EXPECT_EQ(DefaultMaxBackground(1), 16);
+  EXPECT_EQ(DefaultMaxBackground(2), 16);
+  EXPECT_EQ(DefaultMaxBackground(4), 32);
+  EXPECT_EQ(DefaultMaxBackground(16), 64);
+  EXPECT_EQ(DefaultMaxBackground(192), 64);
+  EXPECT_GE(UsableCpus(), 1u);
+  MountOptions o;
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_EQ(o.max_background, DefaultMaxBackground(UsableCpus()));
+  EXPECT_EQ(o.congestion_threshold, o.max_background * 3 / 4);
+}
+
+TEST(MountOptionsTest, QueueLimitsGivenAreKeptAndChecked) {
+  MountOptions o;
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(o, "max_background=100").ok());
+  ASSERT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_EQ(o.max_background, 100);
+  EXPECT_EQ(o.congestion_threshold, 75);
+  MountOptions bad;
+  bad.source = "/tmp";
+  bad.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(bad, "max_background=8,congestion_threshold=9").ok());
+  const Status s = ValidateMountOptions(bad);
+  EXPECT_THAT(s.message(), HasSubstr("congestion_threshold=9 is above max_background=8"));
+  EXPECT_THAT(ApplyMountOption(bad, "max_background", "0").message(), HasSubstr("max_background"));
+}
+
 TEST(MountOptionsTest, DevFdMountPointNamesTheDescriptor) {
   EXPECT_EQ(FuseFdOfMountPoint("/dev/fd/3"), 3);
   EXPECT_EQ(FuseFdOfMountPoint("/dev/fd/12"), 12);
