@@ -548,6 +548,11 @@ def main():
                    help="more -o options for tensorfs, e.g. read_ahead=16M (default: none, tensorfs' own "
                         "defaults are what is measured; memfs_ceiling is given the readahead, max_background "
                         "and congestion_threshold a tensorfs mount has in force)")
+    p.add_argument("--tensorfs-before", metavar="BINARY",
+                   help="another tensorfs build (an earlier commit), run on the same sources and readers in "
+                        "the same run: its columns are marked 'before'")
+    p.add_argument("--tensorfs-before-opts", default="",
+                   help="-o options for --tensorfs-before (default: none; it may not know newer options)")
     p.add_argument("--loaders", default="load_file,numpy,pages,cat,readers")
     p.add_argument("--no-dir", action="store_true", help="leave out tensorfs over the local directory")
     p.add_argument("--no-https", action="store_true")
@@ -587,7 +592,8 @@ def main():
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
                "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
                "busy": {}, "machine_cpu": {}, "server_cpu": {}, "steady_cpu": {}, "mounts": {},
-               "read_sizes": {}, "tensorfs_opts": args.tensorfs_opts}
+               "read_sizes": {}, "tensorfs_opts": args.tensorfs_opts,
+               "tensorfs_before": args.tensorfs_before}
     mounts = []
     try:
         deadline = time.monotonic() + 30
@@ -663,12 +669,18 @@ def main():
                 opts += f",ca_file={certs}/ca.pem"
             sources[f"tensorfs-{scheme}"] = (f"gs://{BUCKET}/{PREFIX}", opts)
 
+        # The build measured, and optionally an earlier one ("-before" targets) on the same sources.
+        builds = {"": (args.tensorfs, args.tensorfs_opts)}
+        if args.tensorfs_before:
+            builds["-before"] = (args.tensorfs_before, args.tensorfs_before_opts)
+        sources = {target + suffix: source for suffix in builds for target, source in sources.items()}
+
         def tensorfs_mount(target):
             source, opts = sources[target]
-            opts = ",".join(x for x in (opts, f"log_level={'debug' if args.trace else 'warn'}", args.tensorfs_opts)
-                            if x)
+            binary, more = builds["-before" if target.endswith("-before") else ""]
+            opts = ",".join(x for x in (opts, f"log_level={'debug' if args.trace else 'warn'}", more) if x)
             mnt = os.path.join(args.work, "tensorfs")
-            return Mount([args.tensorfs, source, mnt, "-f", "-o", opts], mnt, env,
+            return Mount([binary, source, mnt, "-f", "-o", opts], mnt, env,
                          os.path.join(args.work, f"{target}.log"))
 
         # tensorfs, cold: a fresh mount per reader, the page cache dropped. What the mount has in
@@ -706,8 +718,8 @@ def main():
         # with the same reader (set in memfs_ceiling's INIT reply), so both run at the same
         # settings and no constant is copied.
         for loader in loaders:
-            probe = next((results["mounts"][t][loader] for t in sources if loader in results["mounts"].get(t, {})),
-                         {})
+            probe = next((results["mounts"][t][loader] for t in sources
+                          if not t.endswith("-before") and loader in results["mounts"].get(t, {})), {})
             memfs_argv = [args.memfs, "-f"]
             for key, flag in (("read_ahead_kb", "--read-ahead-kb"), ("max_background", "--max-background"),
                               ("congestion_threshold", "--congestion-threshold")):
@@ -755,9 +767,11 @@ def main():
 def report(r, loaders):
     names = {"load_file": f"load_file({r['load_file_device'] or 'n/a'})", "numpy": "numpy mmap copy (W1)",
              "pages": "one byte per page (mmap)", "cat": "cat", "readers": "concurrent readers (dd)"}
-    targets = ["local", "memfs", "tensorfs-dir", "tensorfs-http", "tensorfs-https"]
+    targets = ["local", "memfs"] + [t + suffix for t in ("tensorfs-dir", "tensorfs-http", "tensorfs-https")
+                                    for suffix in ("-before", "")]
     heads = {"local": "local page cache", "memfs": "memfs_ceiling", "tensorfs-dir": "tensorfs dir",
              "tensorfs-http": "tensorfs http", "tensorfs-https": "tensorfs https"}
+    heads.update({t + "-before": h + " (before)" for t, h in list(heads.items()) if t.startswith("tensorfs")})
     targets = [t for t in targets if t in r["rates"]]
     fuse = [t for t in targets if t != "local"]
     tfs = [t for t in targets if t.startswith("tensorfs")]
@@ -776,7 +790,8 @@ def report(r, loaders):
         print("| --- |" + " --- |" * len(cols))
 
     print(f"\n{r['size'] / GB:.2f} GB in {r['shards']} shards, {r['nproc']} CPUs; tensorfs -o options: "
-          f"{r.get('tensorfs_opts') or '(none: its defaults)'}")
+          f"{r.get('tensorfs_opts') or '(none: its defaults)'}" +
+          (f"; 'before': {r['tensorfs_before']}" if r.get("tensorfs_before") else ""))
     print(f"server ceiling ({r['clients']} client processes, 8 MiB ranges): " +
           ", ".join(f"{k} {v['gbps']:.2f} GB/s ({v['cpu_s_per_gb']:.2f} server CPU-s/GB)" for k, v in r["server"].items()))
     cc = r.get("copy_cost")

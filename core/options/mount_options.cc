@@ -78,7 +78,7 @@ const std::array kOptions = {
                }},
     OptionSpec{"max_background", "N",
                "FUSE reads the kernel keeps queued for tensorfs in the background (readahead) (default "
-               "8 per CPU, at least 16, at most 64)",
+               "4 per CPU, at least 32, at most 64)",
                [](MountOptions& o, std::string_view v) {
                  double n = 0;
                  RETURN_IF_ERROR(ParseNumber("max_background", v, 1, 65535, n));
@@ -428,7 +428,7 @@ Status ValidateMountOptions(MountOptions& options) {
   return OkStatus();
 }
 
-int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(8 * cpus, 16, 64)); }
+int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(4 * cpus, 32, 64)); }
 
 unsigned UsableCpus() {
   cpu_set_t set;

@@ -87,9 +87,10 @@ TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
 }
 
 TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
-  EXPECT_EQ(DefaultMaxBackground(1), 16);
-  EXPECT_EQ(DefaultMaxBackground(2), 16);
-  EXPECT_EQ(DefaultMaxBackground(4), 32);
+  EXPECT_EQ(DefaultMaxBackground(1), 32);
+  EXPECT_EQ(DefaultMaxBackground(2), 32);
+  EXPECT_EQ(DefaultMaxBackground(8), 32);
+  EXPECT_EQ(DefaultMaxBackground(12), 48);
   EXPECT_EQ(DefaultMaxBackground(16), 64);
   EXPECT_EQ(DefaultMaxBackground(192), 64);
   EXPECT_GE(UsableCpus(), 1u);
