@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/engine/read_engine.h"
+#include "core/engine/slice_pattern.h"
 #include "core/safetensors/header.h"
 #include "core/safetensors/layers.h"
 #include "core/views/quantize.h"
@@ -409,6 +410,39 @@ BENCHMARK(BM_ReplyPerPart)->Unit(benchmark::kMillisecond);
 // A cached read runs on the caller's thread: its time is the engine's work,
 // nearly all of it under the engine lock (the lookup, the access model, the
 // planner, the delivery marks), plus the reply's setup.
+// SliceLearner::Observe runs under the engine lock once per tensor an
+// unclassified reader leaves. Arg 0: rank 3 of 16 slices of tensors of 2 to
+// 13 MiB (the learner's usual input, a pattern every few observations); arg 1:
+// touches at random places that no fraction explains (every candidate tried
+// and rejected against the remembered observations: the worst case).
+void BM_SliceLearnerObserve(benchmark::State& state) {
+  const bool random = state.range(0) == 1;
+  std::mt19937_64 rng(7);
+  std::vector<SliceObservation> observations;
+  uint64_t at = 0;
+  for (int i = 0; i < 256; ++i) {
+    const uint64_t rows = 512 + rng() % 2816;  // 2 to 13 MiB of 4 KiB rows
+    const TensorSpan t{at, at + rows * 4096, 4096};
+    at = t.end;
+    uint64_t begin = 0, end = 0;
+    if (random) {
+      begin = t.begin + (rng() % (rows / 2)) * 4096;
+      end = begin + (64 + rng() % (rows / 4)) * 4096;
+    } else {
+      begin = t.begin + rows * 3 / 16 * 4096 - (64 << 10);
+      end = t.begin + rows * 4 / 16 * 4096 + (128 << 10);
+    }
+    observations.push_back(SliceObservation{t, begin, end});
+  }
+  SliceLearner learner;
+  size_t i = 0, learned = 0;
+  for (auto _ : state) {
+    if (learner.Observe(observations[i++ % observations.size()])) ++learned;
+  }
+  state.counters["patterns"] = static_cast<double>(learned);
+}
+BENCHMARK(BM_SliceLearnerObserve)->Arg(0)->Arg(1)->ArgName("random")->Iterations(2560)->Unit(benchmark::kMicrosecond);
+
 void BM_EngineCachedRead(benchmark::State& state) {
   const int readers = static_cast<int>(state.range(0));
   static testing::MemoryStore* const store = [] {

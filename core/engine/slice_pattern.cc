@@ -99,10 +99,56 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   const uint64_t size = o.tensor.size();
   const uint64_t a = o.begin - o.tensor.begin;
   const uint64_t b = o.end - o.tensor.begin;
+  // Where, as fractions of its tensor, a fraction's two ends must lie to
+  // explain each remembered observation (Fits' bounds, widened by a few rows and
+  // a byte for the rounding to rows): most candidates are told apart from
+  // most observations by four comparisons, and only the rest go to Fits.
+  // This keeps the search (up to max_den fractions, each against
+  // kRemembered observations, under the engine's lock) to tens of
+  // microseconds.
+  struct Bounds {
+    double lo_min, lo_max, hi_min, hi_max;
+  };
+  std::array<Bounds, kRemembered> bounds;
+  for (size_t i = 0; i < recent_.size(); ++i) {
+    const SliceObservation& r = recent_[i];
+    const double s = static_cast<double>(r.tensor.size());
+    const double slack = static_cast<double>(4 * r.tensor.row_bytes + kPage + 1);
+    const double half = static_cast<double>(tuning_.max_margin / 2 + 2 * r.tensor.row_bytes + 1);
+    const double rb = static_cast<double>(r.begin - r.tensor.begin);
+    const double re = static_cast<double>(r.end - r.tensor.begin);
+    bounds[i] = Bounds{(rb - slack) / s, (rb + half) / s, (re - half) / s, (re + slack) / s};
+  }
+  // Every candidate explains `o` (the last one remembered): an observation
+  // whose bounds share no fraction with its bounds supports none of them.
+  // Those left bound the support any candidate can have; too few of them, or
+  // of one size, and there is nothing to search.
+  const Bounds& own = bounds[recent_.size() - 1];
+  std::array<size_t, kRemembered> compatible;
+  size_t n_compatible = 0;
+  std::array<uint64_t, kRemembered> distinct_begins;
+  size_t distinct = 0;
+  uint64_t smallest_size = UINT64_MAX, largest_size = 0;
+  for (size_t i = 0; i < recent_.size(); ++i) {
+    const Bounds& w = bounds[i];
+    if (w.lo_max < own.lo_min || w.lo_min > own.lo_max || w.hi_max < own.hi_min || w.hi_min > own.hi_max) continue;
+    compatible[n_compatible++] = i;
+    const SliceObservation& r = recent_[i];
+    if (std::find(distinct_begins.begin(), distinct_begins.begin() + distinct, r.tensor.begin) ==
+        distinct_begins.begin() + distinct) {
+      distinct_begins[distinct++] = r.tensor.begin;
+    }
+    smallest_size = std::min(smallest_size, r.tensor.size());
+    largest_size = std::max(largest_size, r.tensor.size());
+  }
+  if (static_cast<int>(distinct) < kMinSupport || 2 * largest_size < 3 * smallest_size) return std::nullopt;
   std::optional<SlicePattern> best;
   size_t best_support = 0;
   uint64_t best_margins = 0;
   for (uint64_t den = 1; den <= tuning_.max_den; ++den) {
+    // A fraction with every compatible tensor's support wins over any of a
+    // larger denominator.
+    if (best && best_support == distinct && den > best->den) break;
     const uint64_t rl0 = MulDiv(a, den, size);
     const uint64_t rh0 = MulDiv(b, den, size);
     for (uint64_t rl = rl0; rl <= rl0 + 1; ++rl) {
@@ -118,7 +164,13 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
         uint64_t max_before = 0, max_after = 0;
         std::array<uint64_t, kRemembered> after_storage;
         size_t fitted = 0;
-        for (const SliceObservation& r : recent_) {
+        const double x_lo = static_cast<double>(rl) / static_cast<double>(den);
+        const double x_hi = static_cast<double>(rh) / static_cast<double>(den);
+        for (size_t c = 0; c < n_compatible; ++c) {
+          const size_t i = compatible[c];
+          const Bounds& w = bounds[i];
+          if (x_lo < w.lo_min || x_lo > w.lo_max || x_hi < w.hi_min || x_hi > w.hi_max) continue;
+          const SliceObservation& r = recent_[i];
           uint64_t rb = 0, ra = 0;
           if (!Fits(r, p, &rb, &ra)) continue;
           max_before = std::max(max_before, rb);
