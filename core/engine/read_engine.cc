@@ -272,7 +272,7 @@ void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
 void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done, ReadHints hints) {
   if (trace_ != nullptr) {
     trace_->Record(TracedRead{.reader = hints.reader.value, .offset = offset, .length = size, .kernel = hints.prefetch,
-                              .delivered = hints.delivered, .within = hints.within.has_value(), .object = object.name});
+                              .delivered = hints.delivered, .within = hints.within, .object = object.name});
   }
   if (offset >= object.size || size == 0) return done(ReadResult{});
   // What this read teaches of its reader may change the readahead of the
@@ -456,6 +456,10 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
 }
 
 void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::optional<ByteRange> within) {
+  if (trace_ != nullptr) {
+    trace_->Record(TracedRead{.offset = range.offset, .length = range.length, .kernel = false, .prefetch_call = true,
+                              .delivered = false, .within = within, .object = object.name});
+  }
   if (range.length == 0 || range.offset >= object.size) return;
   std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   MutexLock lock(mu_);

@@ -11,7 +11,7 @@ StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path) {
   if (file == nullptr) {
     return InvalidArgumentError("cannot write the read trace " + path + ": " + std::strerror(errno));
   }
-  std::fputs("# tensorfs read trace 1\n", file);
+  std::fputs("# tensorfs read trace 2\n", file);
   return std::unique_ptr<ReadTrace>(new ReadTrace(file));
 }
 
@@ -25,11 +25,15 @@ void ReadTrace::Record(const TracedRead& read) {
 }
 
 std::string FormatTracedRead(const TracedRead& read) {
-  std::string flags = read.kernel ? "k" : "v";
+  std::string flags = read.prefetch_call ? "p" : read.kernel ? "k" : "v";
   if (read.delivered) flags += 'd';
-  if (read.within) flags += 'w';
+  std::string within;
+  if (read.within) {
+    flags += 'w';
+    within = std::to_string(read.within->offset) + "+" + std::to_string(read.within->length) + " ";
+  }
   return std::to_string(read.reader) + " " + std::to_string(read.offset) + " " + std::to_string(read.length) + " " +
-         flags + " " + read.object + "\n";
+         flags + " " + within + read.object + "\n";
 }
 
 StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text) {
@@ -55,11 +59,26 @@ StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text) {
     const size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size()) return bad();
     const std::string_view flags = line.substr(0, sp);
-    if (flags.front() != 'k' && flags.front() != 'v') return bad();
+    if (flags.front() != 'k' && flags.front() != 'v' && flags.front() != 'p') return bad();
+    if (flags.find_first_not_of("kvpdw", 1) != std::string_view::npos) return bad();
     read.kernel = flags.front() == 'k';
+    read.prefetch_call = flags.front() == 'p';
     read.delivered = flags.find('d') != std::string_view::npos;
-    read.within = flags.find('w') != std::string_view::npos;
-    read.object = std::string(line.substr(sp + 1));
+    line.remove_prefix(sp + 1);
+    if (flags.find('w') != std::string_view::npos) {
+      const size_t plus = line.find('+');
+      const size_t end = line.find(' ');
+      if (plus == std::string_view::npos || end == std::string_view::npos || plus > end || end + 1 >= line.size()) {
+        return bad();
+      }
+      ByteRange within;
+      auto [a, ea] = std::from_chars(line.data(), line.data() + plus, within.offset);
+      auto [b, eb] = std::from_chars(line.data() + plus + 1, line.data() + end, within.length);
+      if (ea != std::errc() || a != line.data() + plus || eb != std::errc() || b != line.data() + end) return bad();
+      read.within = within;
+      line.remove_prefix(end + 1);
+    }
+    read.object = std::string(line);
     reads.push_back(std::move(read));
   }
   return reads;

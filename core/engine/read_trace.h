@@ -5,12 +5,14 @@
 // (the mount sets it from TENSORFS_TRACE_READS); off, it costs one branch a read.
 //
 // Format, text:
-//   # tensorfs read trace 1
-//   <reader> <offset> <length> <flags> <object name>
+//   # tensorfs read trace 2
+//   <reader> <offset> <length> <flags> [<within offset>+<within length>] <object name>
 // reader: ReaderId (0: none named); flags: "k" a kernel read of the file
-// (ReadHints::prefetch), "v" a read made for a view file, then "d" when the
-// bytes count as delivered, "w" when the read names a `within` range (not
-// recorded; replayed without). The object name runs to the end of the line.
+// (ReadHints::prefetch), "v" a read made for a view file, "p" a Prefetch call
+// (a view file's reader asking ahead for source bytes), then "d" when the
+// bytes count as delivered, "w" when the read or prefetch names a `within`
+// range, which follows as its own field. The object name runs to the end of
+// the line. (Version 1 traces had no "p" lines and no `within` field.)
 //
 // Thread-safety: Record may be called concurrently; lines are whole.
 #ifndef TENSORFS_CORE_ENGINE_READ_TRACE_H_
@@ -19,12 +21,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/util/status.h"
 #include "core/util/thread_annotations.h"
+#include "core/util/types.h"
 
 namespace tensorfs {
 
@@ -33,8 +37,9 @@ struct TracedRead {
   uint64_t offset = 0;
   uint64_t length = 0;
   bool kernel = true;     // "k": ReadHints::prefetch
+  bool prefetch_call = false;  // "p": a ReadEngine::Prefetch call, not a read
   bool delivered = true;  // "d"
-  bool within = false;    // "w"
+  std::optional<ByteRange> within;  // "w"
   std::string object;
 };
 

@@ -56,6 +56,30 @@ void SetReader(Hints& hints, uint64_t reader) {
   if constexpr (requires { hints.reader.value; }) hints.reader.value = reader;
 }
 
+// Makes the read `r` of `object` and checks it returns the bytes `memory`
+// holds; returns what went wrong, or nothing.
+inline std::string ReplayRead(ReadEngine& engine, MemoryStore& memory, const ObjectInfo& object, const TracedRead& r,
+                              bool merge_readers) {
+  ReadHints hints;
+  hints.prefetch = r.kernel;
+  hints.delivered = r.delivered;
+  hints.within = r.within;
+  if (!merge_readers) SetReader(hints, r.reader);
+  std::promise<StatusOr<ReadResult>> promise;
+  engine.Read(object, r.offset, r.length, [&](StatusOr<ReadResult> x) { promise.set_value(std::move(x)); }, hints);
+  StatusOr<ReadResult> result = promise.get_future().get();
+  if (!result.ok()) return result.status().ToString();
+  std::string expected(std::min<uint64_t>(r.length, object.size > r.offset ? object.size - r.offset : 0), '\0');
+  if (!expected.empty() &&
+      !memory.Read(object.id(), r.offset, std::as_writable_bytes(std::span(expected.data(), expected.size()))).ok()) {
+    return "the store cannot read it";
+  }
+  std::string got;
+  for (auto p : result->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
+  if (got != expected) return "it returned other bytes than the source";
+  return "";
+}
+
 // Replays `reads`; `merge_readers`: as if every read named no reader (the
 // engine before readers were told apart saw them so). Returns the requests,
 // sorted within each read; a read that fails or returns other bytes than
@@ -74,28 +98,10 @@ inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::
       *error = "read " + std::to_string(i) + ": " + object.status().ToString();
       return out;
     }
-    ReadHints hints;
-    hints.prefetch = r.kernel;
-    hints.delivered = r.delivered;
-    if (!merge_readers) SetReader(hints, r.reader);
-    std::promise<StatusOr<ReadResult>> promise;
-    engine.Read(*object, r.offset, r.length, [&](StatusOr<ReadResult> x) { promise.set_value(std::move(x)); },
-                hints);
-    StatusOr<ReadResult> result = promise.get_future().get();
-    if (!result.ok()) {
-      *error = "read " + std::to_string(i) + ": " + result.status().ToString();
-      return out;
-    }
-    std::string expected(std::min<uint64_t>(r.length, object->size > r.offset ? object->size - r.offset : 0), '\0');
-    if (!expected.empty() &&
-        !memory.Read(object->id(), r.offset, std::as_writable_bytes(std::span(expected.data(), expected.size()))).ok()) {
-      *error = "read " + std::to_string(i) + ": the store cannot read it";
-      return out;
-    }
-    std::string got;
-    for (auto p : result->pieces) got.append(reinterpret_cast<const char*>(p.data()), p.size());
-    if (got != expected) {
-      *error = "read " + std::to_string(i) + " returned other bytes than the source";
+    if (r.prefetch_call) {
+      engine.Prefetch(*object, ByteRange{r.offset, r.length}, r.within);
+    } else if (std::string failure = ReplayRead(engine, memory, *object, r, merge_readers); !failure.empty()) {
+      *error = "read " + std::to_string(i) + ": " + failure;
       return out;
     }
     for (int waited = 0; !engine.Idle(); ++waited) {

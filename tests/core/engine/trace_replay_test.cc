@@ -91,7 +91,38 @@ class TraceReplayTest : public ::testing::Test {
   testing::MemoryStore memory_;
 };
 
-TEST_F(TraceReplayTest, TracesAreThere) { EXPECT_GE(Traces().size(), 10u) << kTraces; }
+TEST_F(TraceReplayTest, TracesAreThere) { EXPECT_GE(Traces().size(), 13u) << kTraces; }
+
+TEST(ReadTraceFormatTest, ViewReadsAndPrefetchesKeepTheirWithinRange) {
+  const TracedRead read{.reader = 7, .offset = 4096, .length = 131072, .kernel = false, .delivered = true,
+                        .within = ByteRange{2200, 8388608}, .object = "model 1.safetensors"};
+  const TracedRead prefetch{.offset = 2200, .length = 8388608, .kernel = false, .prefetch_call = true,
+                            .delivered = false, .within = ByteRange{2200, 8388608}, .object = "a.safetensors"};
+  const TracedRead kernel{.reader = 3, .offset = 0, .length = 4096, .object = "b.safetensors"};
+  EXPECT_EQ(FormatTracedRead(read), "7 4096 131072 vdw 2200+8388608 model 1.safetensors\n");
+  EXPECT_EQ(FormatTracedRead(prefetch), "0 2200 8388608 pw 2200+8388608 a.safetensors\n");
+  StatusOr<std::vector<TracedRead>> parsed = ParseReadTrace(
+      "# tensorfs read trace 2\n" + FormatTracedRead(read) + FormatTracedRead(prefetch) + FormatTracedRead(kernel));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  ASSERT_EQ(parsed->size(), 3u);
+  EXPECT_EQ((*parsed)[0].object, "model 1.safetensors");
+  EXPECT_EQ((*parsed)[0].within, (ByteRange{2200, 8388608}));
+  EXPECT_FALSE((*parsed)[0].kernel);
+  EXPECT_TRUE((*parsed)[1].prefetch_call);
+  EXPECT_FALSE((*parsed)[1].delivered);
+  EXPECT_EQ((*parsed)[2].within, std::nullopt);
+  EXPECT_TRUE((*parsed)[2].kernel);
+  EXPECT_TRUE((*parsed)[2].delivered);
+}
+
+TEST(ReadTraceFormatTest, AMalformedLineIsNamed) {
+  for (const char* line : {"0 1 2 kw a.safetensors", "0 1 2 kw 5+x a.safetensors", "0 1 2 kdx a.safetensors",
+                           "0 1 2 q a.safetensors", "0 1 2 pw 1+2"}) {
+    StatusOr<std::vector<TracedRead>> parsed = ParseReadTrace(std::string("# tensorfs read trace 2\n") + line);
+    ASSERT_FALSE(parsed.ok()) << line;
+    EXPECT_NE(parsed.status().message().find("line 2"), std::string::npos) << parsed.status().ToString();
+  }
+}
 
 // The reads of all readers taken as one reader's, as the engine took them
 // before: the same requests as that engine made, request for request.

@@ -4,11 +4,13 @@
 # directory; the engine's decisions do not depend on the source), with
 # TENSORFS_TRACE_READS set, at the kernel's default readahead.
 #
-#   tests/core/engine/traces/record.sh BUILD_DIR
+#   tests/core/engine/traces/record.sh BUILD_DIR [NAME...]   # NAMEs: only those traces
 #
 # Then write the expected requests (README.md says how).
 set -euo pipefail
 build=$(realpath "$1")
+shift
+only=" $* "
 here=$(cd "$(dirname "$0")" && pwd)
 loader=$(cd "$here/../../../.." && pwd)/bench/loader.py
 work=$(mktemp -d /tmp/tensorfs-traces-XXXXXX)
@@ -21,6 +23,7 @@ shards=(model-00001-of-00002.safetensors model-00002-of-00002.safetensors)
 # record NAME COMMAND...: mounts, runs COMMAND (with $M the mount point), unmounts.
 record() {
   local name=$1; shift
+  if [[ "$only" != "  " && "$only" != *" $name "* ]]; then return; fi
   TENSORFS_TRACE_READS="$here/$name.trace" "$build/fs/tensorfs" "$work/src" "$work/mnt" -f > "$work/log" 2>&1 &
   local pid=$!
   for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.1; done
@@ -40,3 +43,17 @@ for rank in 0 1 2 3; do
 done
 record w8_slice_shuffled_r1of4 "$loader slice --rank 1 --world 4 --order random --seed 1 $(files "${shards[@]}")"
 record w9_columns_r1of4 "$loader slice --rank 1 --world 4 --dim 1 $(files "${shards[@]}")"
+# The view files: their reads of the shards name the view file's source range
+# (`within`), and the prefetches they ask for are recorded too.
+layers() {  # the layer files of view $1 in forward order, as AirLLM reads them
+  echo "import os, re, sys
+d = sys.argv[1]
+def key(n):
+    m = re.search(r'layers\\.(\\d+)\\.', n)
+    return (1, int(m.group(1))) if m else (0, 0) if 'embed' in n else (2, 0) if 'norm' in n else (3, 0)
+print(' '.join(os.path.join(d, n) for n in sorted(os.listdir(d), key=key) if n.endswith('.safetensors')))" > "$work/layers.py"
+  echo "\$(python3 $work/layers.py \$M/$1)"
+}
+record w6_splitted_model "$loader layers $(layers splitted_model)"
+record w7_splitted_model_4bit "$loader layers $(layers splitted_model.4bit)"
+record w10_stacked "$loader load \$(ls \$M/@stacked/*.safetensors)"
