@@ -133,7 +133,9 @@ const std::array kOptions = {
                "largest range request; small tensors are fetched together up to it, larger ones in "
                "parallel pieces (default 8M)",
                [](MountOptions& o, std::string_view v) { return ParseSize("chunk_size", v, o.engine.chunk_size); }},
-    OptionSpec{"max_fetches", "N", "range requests in flight at once (default 32)",
+    OptionSpec{"max_fetches", "N",
+               "range requests in flight at once (default 32; over a local directory, reads of its files: 2 per "
+               "CPU, at least 4, at most 32)",
                [](MountOptions& o, std::string_view v) {
                  double n = 0;
                  RETURN_IF_ERROR(ParseNumber("max_fetches", v, 1, 1024, n));
@@ -411,6 +413,12 @@ Status ValidateMountOptions(MountOptions& options) {
   if (options.mountpoint.empty()) {
     return InvalidArgumentError("missing MOUNTPOINT: give an existing empty directory to mount on");
   }
+  // A local directory's files are read by copying from the page cache (or a
+  // disk or a network file system under it): more copies at once than CPUs
+  // only share the CPUs, and each holds a chunk's buffer.
+  if (!options.source.starts_with("gs://") && !options.given.contains("max_fetches")) {
+    options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
+  }
   // In a container, the default cache follows its memory limit (memory_limit.h).
   ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));
   if (!from_limit.empty()) spdlog::info("{}", from_limit);
@@ -427,6 +435,8 @@ Status ValidateMountOptions(MountOptions& options) {
   }
   return OkStatus();
 }
+
+int DefaultLocalFetches(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(2 * cpus, 4, 32)); }
 
 int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(4 * cpus, 32, 64)); }
 

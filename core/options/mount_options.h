@@ -102,6 +102,8 @@ Status ValidateMountOptions(MountOptions& options);
 // The default max_background for a machine with `cpus` CPUs (see README,
 // "Readahead": chosen by measurement, scaled to the CPUs).
 int DefaultMaxBackground(unsigned cpus);
+// The default max_fetches over a local directory (see README, "Options").
+int DefaultLocalFetches(unsigned cpus);
 // The CPUs this process may run on (its affinity mask, as a container's
 // cpuset limits it), at least 1.
 unsigned UsableCpus();

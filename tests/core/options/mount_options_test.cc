@@ -86,6 +86,29 @@ TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
   EXPECT_THAT(CheckMountPointDirectory("/etc/hostname").message(), HasSubstr("not a directory"));
 }
 
+TEST(MountOptionsTest, LocalDirectoryFetchesFollowTheCpusUnlessGiven) {
+  EXPECT_EQ(DefaultLocalFetches(1), 4);
+  EXPECT_EQ(DefaultLocalFetches(2), 4);
+  EXPECT_EQ(DefaultLocalFetches(8), 16);
+  EXPECT_EQ(DefaultLocalFetches(64), 32);
+  MountOptions dir;
+  dir.source = "/tmp";
+  dir.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(dir).ok());
+  EXPECT_EQ(dir.engine.max_fetches, DefaultLocalFetches(UsableCpus()));
+  MountOptions gcs;
+  gcs.source = "gs://bucket";
+  gcs.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(gcs).ok());
+  EXPECT_EQ(gcs.engine.max_fetches, 32);
+  MountOptions given;
+  given.source = "/tmp";
+  given.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOption(given, "max_fetches", "48").ok());
+  ASSERT_TRUE(ValidateMountOptions(given).ok());
+  EXPECT_EQ(given.engine.max_fetches, 48);
+}
+
 TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
   EXPECT_EQ(DefaultMaxBackground(1), 32);
   EXPECT_EQ(DefaultMaxBackground(2), 32);
