@@ -404,12 +404,6 @@ void BM_ReplyPerPart(benchmark::State& state) {
 }
 BENCHMARK(BM_ReplyPerPart)->Unit(benchmark::kMillisecond);
 
-// The read engine's own work per kernel read: 1 MiB reads of a checkpoint
-// already in its cache, from `readers` open files (ReaderId) at once, each
-// moving through the file at its own place, the reads interleaved one by one.
-// A cached read runs on the caller's thread: its time is the engine's work,
-// nearly all of it under the engine lock (the lookup, the access model, the
-// planner, the delivery marks), plus the reply's setup.
 // SliceLearner::Observe runs under the engine lock once per tensor an
 // unclassified reader leaves. Arg 0: rank 3 of 16 slices of tensors of 2 to
 // 13 MiB (the learner's usual input, a pattern every few observations); arg 1:
@@ -443,6 +437,12 @@ void BM_SliceLearnerObserve(benchmark::State& state) {
 }
 BENCHMARK(BM_SliceLearnerObserve)->Arg(0)->Arg(1)->ArgName("random")->Iterations(2560)->Unit(benchmark::kMicrosecond);
 
+// The read engine's own work per kernel read: 1 MiB reads of a checkpoint
+// already in its cache, from `readers` open files (ReaderId) at once, each
+// moving through the file at its own place, the reads interleaved one by one.
+// A cached read runs on the caller's thread: its time is the engine's work,
+// nearly all of it under the engine lock (the lookup, the access model, the
+// planner, the delivery marks), plus the reply's setup.
 void BM_EngineCachedRead(benchmark::State& state) {
   const int readers = static_cast<int>(state.range(0));
   static testing::MemoryStore* const store = [] {

@@ -44,16 +44,17 @@ done
 record w8_slice_shuffled_r1of4 "$loader slice --rank 1 --world 4 --order random --seed 1 $(files "${shards[@]}")"
 record w9_columns_r1of4 "$loader slice --rank 1 --world 4 --dim 1 $(files "${shards[@]}")"
 # The view files: their reads of the shards name the view file's source range
-# (`within`), and the prefetches they ask for are recorded too.
-layers() {  # the layer files of view $1 in forward order, as AirLLM reads them
-  echo "import os, re, sys
+# (`within`), and the prefetches they ask for are recorded too. The layer files
+# are read in forward order, as AirLLM reads them.
+cat > "$work/layers.py" <<'PY'
+import os, re, sys
 d = sys.argv[1]
 def key(n):
-    m = re.search(r'layers\\.(\\d+)\\.', n)
+    m = re.search(r'layers\.(\d+)\.', n)
     return (1, int(m.group(1))) if m else (0, 0) if 'embed' in n else (2, 0) if 'norm' in n else (3, 0)
-print(' '.join(os.path.join(d, n) for n in sorted(os.listdir(d), key=key) if n.endswith('.safetensors')))" > "$work/layers.py"
-  echo "\$(python3 $work/layers.py \$M/$1)"
-}
+print(' '.join(os.path.join(d, n) for n in sorted(os.listdir(d), key=key) if n.endswith('.safetensors')))
+PY
+layers() { echo "\$(python3 $work/layers.py \$M/$1)"; }
 record w6_splitted_model "$loader layers $(layers splitted_model)"
 record w7_splitted_model_4bit "$loader layers $(layers splitted_model.4bit)"
 record w10_stacked "$loader load \$(ls \$M/@stacked/*.safetensors)"
