@@ -1,8 +1,9 @@
 // ReadEngine's access model: what each reader is doing, from the kernel's reads
-// alone (no fetching decided here but the few a copy's extent calls for at
-// once): the tensors it touched, whether it reads whole tensors, a slice
+// alone: the tensors it touched, whether it reads whole tensors, a slice
 // (taught to the slice learner) or is not known yet, and which bytes of a file
-// the kernel holds already. Declared in read_engine.h; state under mu_.
+// the kernel holds already. It requests nothing: the few fetches a copy's
+// extent calls for at once are returned as FetchCalls, which the fetch
+// planner turns into requests. Declared in read_engine.h; state under mu_.
 #include "core/engine/read_engine.h"
 
 #include <spdlog/spdlog.h>
@@ -13,7 +14,7 @@ namespace tensorfs {
 
 ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, ReaderClock& reader,
                                       SliceLearner& learner, ByteRange range, const ActivePattern** pattern,
-                                      uint64_t* copy_end) {
+                                      uint64_t* copy_end, std::vector<FetchCall>* calls) {
   const ChunkPlan& plan = *state.plan;
   const std::vector<TensorSpan>& tensors = plan.tensors();
   int first = plan.TensorAt(range.offset);
@@ -109,11 +110,12 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
           reader.whole_until = now + tuning_.whole_memory;
-          ContinueTensor(state, k);
+          calls->push_back(FetchCall{.kind = FetchCall::Kind::kWholeTensor, .tensor = k});
         } else if (it->copy_end == 0) {
           it->copy_end = tail->range.end();
           if (tail->range.offset > it->range.end()) {
-            PrefetchPieces(state, ByteRange{it->range.end(), tail->range.offset - it->range.end()});
+            calls->push_back(FetchCall{.kind = FetchCall::Kind::kCopyGap,
+                                       .range = ByteRange{it->range.end(), tail->range.offset - it->range.end()}});
           }
         }
       }

@@ -172,6 +172,16 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   }
 }
 
+void ReadEngine::Plan(ObjectState& state, const std::vector<FetchCall>& calls) {
+  for (const FetchCall& call : calls) {
+    if (call.kind == FetchCall::Kind::kWholeTensor) {
+      ContinueTensor(state, call.tensor);
+    } else {
+      PrefetchPieces(state, call.range);
+    }
+  }
+}
+
 void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
   const ChunkPlan& plan = *state.plan;
   const TensorSpan& t = plan.tensors()[index];

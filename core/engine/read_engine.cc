@@ -324,7 +324,11 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       reader = &r.clock;
       learner = &r.learner;
     }
-    if (kernel_read) mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end);
+    if (kernel_read) {
+      std::vector<FetchCall> calls;
+      mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end, &calls);
+      Plan(state, calls);
+    }
     if (kernel_read && op->hints.reader.value != 0) {
       ReaderState& r = readers_.at(op->hints.reader);
       if (mode == Mode::kSlice || mode == Mode::kNearSlice) {

@@ -253,6 +253,15 @@ class ReadEngine {
   // after its first, likely a whole-tensor copy: its chunks come whole,
   // nothing more.
   enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
+  // What a read told the access model calls for at once, beyond the read
+  // itself, for the planner to request (in this order): the rest of a tensor
+  // a whole-tensor copy began (kWholeTensor), or the bytes between a copy's
+  // first and last pages (kCopyGap).
+  struct FetchCall {
+    enum class Kind { kWholeTensor, kCopyGap } kind;
+    size_t tensor = 0;  // kWholeTensor
+    ByteRange range;    // kCopyGap
+  };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for kSettleReads reads, then taught to the learner.
   struct Touch {
@@ -399,8 +408,13 @@ class ReadEngine {
   // Records a kernel read for learning (touches, slice observations, whole
   // tensors) and says which kind of reader made it; *pattern is set for kSlice
   // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
+  // It fetches nothing: what the read calls for at once is appended to *calls
+  // (see FetchCall), for Plan.
   Mode Classify(ObjectState& state, AccessState& access, ReaderClock& reader, SliceLearner& learner,
-                ByteRange range, const ActivePattern** pattern, uint64_t* copy_end) REQUIRES(mu_);
+                ByteRange range, const ActivePattern** pattern, uint64_t* copy_end,
+                std::vector<FetchCall>* calls) REQUIRES(mu_);
+  // Requests what Classify said a read calls for.
+  void Plan(ObjectState& state, const std::vector<FetchCall>& calls) REQUIRES(mu_);
   // Whether the kernel received all of `range` (see ObjectState::given).
   static bool Given(const ObjectState& state, ByteRange range);
   static void AddGiven(ObjectState& state, ByteRange range);
