@@ -424,12 +424,6 @@ Status ValidateMountOptions(MountOptions& options) {
   if (!from_limit.empty()) spdlog::info("{}", from_limit);
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
-  // A local directory's reads end in milliseconds: a prefetch window past what
-  // max_fetches copies fill at once only holds chunks in memory ahead of the
-  // reader, each a buffer the kernel maps and zeroes afresh as the window fills.
-  if (!options.source.starts_with("gs://") && !options.given.contains("prefetch_window")) {
-    options.engine.prefetch_window = DefaultLocalWindow(options.engine);
-  }
   RETURN_IF_ERROR(options.engine.Validate());
   if (options.max_background == 0) options.max_background = DefaultMaxBackground(UsableCpus());
   if (options.congestion_threshold == 0) {
@@ -443,10 +437,6 @@ Status ValidateMountOptions(MountOptions& options) {
 }
 
 int DefaultLocalFetches(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(2 * cpus, 4, 32)); }
-
-uint64_t DefaultLocalWindow(const EngineOptions& engine) {
-  return std::min(engine.prefetch_window, static_cast<uint64_t>(engine.max_fetches) * engine.chunk_size);
-}
 
 int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(4 * cpus, 32, 64)); }
 

@@ -104,9 +104,6 @@ Status ValidateMountOptions(MountOptions& options);
 int DefaultMaxBackground(unsigned cpus);
 // The default max_fetches over a local directory (see README, "Options").
 int DefaultLocalFetches(unsigned cpus);
-// The default prefetch_window over a local directory: what max_fetches chunks
-// fill, at most the window `engine` has.
-uint64_t DefaultLocalWindow(const EngineOptions& engine);
 // The CPUs this process may run on (its affinity mask, as a container's
 // cpuset limits it), at least 1.
 unsigned UsableCpus();

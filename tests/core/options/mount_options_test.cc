@@ -109,32 +109,6 @@ TEST(MountOptionsTest, LocalDirectoryFetchesFollowTheCpusUnlessGiven) {
   EXPECT_EQ(given.engine.max_fetches, 48);
 }
 
-TEST(MountOptionsTest, LocalDirectoryWindowIsWhatItsFetchesFillUnlessGiven) {
-  EngineOptions engine;
-  engine.max_fetches = 4;
-  engine.chunk_size = 8ull << 20;
-  EXPECT_EQ(DefaultLocalWindow(engine), 32ull << 20);
-  engine.max_fetches = 64;
-  EXPECT_EQ(DefaultLocalWindow(engine), engine.prefetch_window);  // never above the window it had
-  MountOptions dir;
-  dir.source = "/tmp";
-  dir.mountpoint = "/mnt";
-  ASSERT_TRUE(ValidateMountOptions(dir).ok());
-  EXPECT_EQ(dir.engine.prefetch_window,
-            std::min<uint64_t>(256ull << 20, static_cast<uint64_t>(dir.engine.max_fetches) * dir.engine.chunk_size));
-  MountOptions gcs;
-  gcs.source = "gs://bucket";
-  gcs.mountpoint = "/mnt";
-  ASSERT_TRUE(ValidateMountOptions(gcs).ok());
-  EXPECT_EQ(gcs.engine.prefetch_window, 256ull << 20);
-  MountOptions given;
-  given.source = "/tmp";
-  given.mountpoint = "/mnt";
-  ASSERT_TRUE(ApplyMountOption(given, "prefetch_window", "128M").ok());
-  ASSERT_TRUE(ValidateMountOptions(given).ok());
-  EXPECT_EQ(given.engine.prefetch_window, 128ull << 20);
-}
-
 TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
   EXPECT_EQ(DefaultMaxBackground(1), 32);
   EXPECT_EQ(DefaultMaxBackground(2), 32);
