@@ -16,19 +16,14 @@ namespace tensorfs {
 
 void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
   ++state.jobs;
-  (prefetch ? prefetch_queue_ : demand_queue_).push_back(std::move(job));
+  queues_.Push(std::move(job), prefetch);
   work_cv_.NotifyOne();
 }
 
 void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
   if (state.head_requested) {
-    if (!prefetch) {  // a reader waits: move a queued head prefetch to the front
-      auto it = std::find_if(prefetch_queue_.begin(), prefetch_queue_.end(),
-                             [&](const Job& j) { return j.head && j.key.object == state.info.id(); });
-      if (it != prefetch_queue_.end()) {
-        demand_queue_.push_back(std::move(*it));
-        prefetch_queue_.erase(it);
-      }
+    if (!prefetch) {  // a reader waits: a queued head prefetch becomes demand
+      queues_.Promote([&](const Job& j) { return j.head && j.key.object == state.info.id(); });
     }
     return;
   }
@@ -47,19 +42,15 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
 
 void ReadEngine::WorkerLoop() {
   for (;;) {
-    Job job;
+    std::optional<Job> job;
     {
       MutexLock lock(mu_);
-      work_cv_.Wait(mu_, [&]() REQUIRES(mu_) {
-        return stopping_ || !demand_queue_.empty() || !prefetch_queue_.empty();
-      });
+      work_cv_.Wait(mu_, [&]() REQUIRES(mu_) { return stopping_ || !queues_.empty(); });
       if (stopping_) return;
-      std::deque<Job>& queue = demand_queue_.empty() ? prefetch_queue_ : demand_queue_;
-      job = std::move(queue.front());
-      queue.pop_front();
+      job = queues_.Pop();
       ++running_jobs_;
     }
-    RunJob(job);
+    RunJob(*job);
   }
 }
 

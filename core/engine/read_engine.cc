@@ -96,17 +96,14 @@ ReadEngine::~ReadEngine() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    for (std::deque<Job>* queue : {&demand_queue_, &prefetch_queue_}) {
-      for (const Job& job : *queue) {
-        if (job.head) {
-          auto& w = objects_.at(job.object).plan_waiters;
-          std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
-          w.clear();
-        } else {
-          if (auto w = cache_.Fail(job.key)) std::move(w->begin(), w->end(), std::back_inserter(waiters));
-        }
+    for (const Job& job : queues_.TakeAll()) {
+      if (job.head) {
+        auto& w = objects_.at(job.object).plan_waiters;
+        std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
+        w.clear();
+      } else {
+        if (auto w = cache_.Fail(job.key)) std::move(w->begin(), w->end(), std::back_inserter(waiters));
       }
-      queue->clear();
     }
   }
   work_cv_.NotifyAll();
@@ -244,7 +241,7 @@ ReadEngine::StateSizes ReadEngine::Sizes() {
 
 bool ReadEngine::Idle() {
   MutexLock lock(mu_);
-  return demand_queue_.empty() && prefetch_queue_.empty() && running_jobs_ == 0;
+  return queues_.empty() && running_jobs_ == 0;
 }
 
 std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
@@ -367,12 +364,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         entry = cache_.Find(key);
       } else if (entry->prefetched && entry->waiters.empty()) {
         // A reader waits for a queued prefetch: give it demand priority.
-        auto it = std::find_if(prefetch_queue_.begin(), prefetch_queue_.end(),
-                               [&](const Job& j) { return !j.head && j.key == key; });
-        if (it != prefetch_queue_.end()) {
-          demand_queue_.push_back(std::move(*it));
-          prefetch_queue_.erase(it);
-        }
+        queues_.Promote([&](const Job& j) { return !j.head && j.key == key; });
       }
       op->pending.fetch_add(1);
       entry->waiters.push_back([this, op, slot](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {

@@ -71,9 +71,12 @@
 //                       readahead sink;
 //   access_model.cc     what a reader is doing (Classify: touches, whole-tensor
 //                       and slice readers, copies), the bytes the kernel holds;
+//                       it requests nothing, but returns what a read calls for
+//                       at once (FetchCall);
 //   fetch_planner.cc    which ranges to request: chunks, pieces, streams and
 //                       their windows, sweeps, slice windows, the next shard;
-//   fetch_scheduler.cc  queues, workers, the head fetch, publishing fetches;
+//   fetch_scheduler.cc  workers, the head fetch, publishing fetches; the queues
+//                       and promotion are fetch_queues.h;
 //   chunk_cache.h       the byte-budgeted cache; buffer_pool.h its buffers;
 //   slice_pattern.h     the slice learner; readahead_policy.h the mount's
 //                       readahead by kind of reader; tuning.h every constant.
@@ -101,6 +104,7 @@
 #include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/chunk_plan.h"
+#include "core/engine/fetch_queues.h"
 #include "core/engine/read_result.h"
 #include "core/engine/read_trace.h"
 #include "core/engine/readahead_policy.h"
@@ -487,8 +491,7 @@ class ReadEngine {
   bool stopping_ GUARDED_BY(mu_) = false;
   ChunkCache cache_ GUARDED_BY(mu_);
   std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
-  std::deque<Job> demand_queue_ GUARDED_BY(mu_);
-  std::deque<Job> prefetch_queue_ GUARDED_BY(mu_);
+  FetchQueues<Job> queues_ GUARDED_BY(mu_);
   int running_jobs_ GUARDED_BY(mu_) = 0;  // taken from a queue, not finished
   SliceLearner learner_ GUARDED_BY(mu_);  // of the reads that name no reader
   std::vector<ActivePattern> patterns_ GUARDED_BY(mu_);

@@ -1,0 +1,64 @@
+// FetchQueues: the fetches waiting for a worker, in two FIFO queues: demand
+// (a read waits for the bytes) before prefetch. A queued prefetch a read comes
+// to wait for is promoted to the back of the demand queue.
+//
+// Thread-safety: none of its own; ReadEngine calls it with its mutex held.
+#ifndef TENSORFS_CORE_ENGINE_FETCH_QUEUES_H_
+#define TENSORFS_CORE_ENGINE_FETCH_QUEUES_H_
+
+#include <algorithm>
+#include <deque>
+#include <iterator>
+#include <optional>
+#include <utility>
+#include <vector>
+
+namespace tensorfs {
+
+template <typename Job>
+class FetchQueues {
+ public:
+  void Push(Job job, bool prefetch) { (prefetch ? prefetch_ : demand_).push_back(std::move(job)); }
+
+  bool empty() const { return demand_.empty() && prefetch_.empty(); }
+  size_t size() const { return demand_.size() + prefetch_.size(); }
+
+  // The oldest demand job, else the oldest prefetch; nullopt when both are empty.
+  std::optional<Job> Pop() {
+    std::deque<Job>& queue = demand_.empty() ? prefetch_ : demand_;
+    if (queue.empty()) return std::nullopt;
+    Job job = std::move(queue.front());
+    queue.pop_front();
+    return job;
+  }
+
+  // Moves the oldest queued prefetch that `match` accepts to the back of the
+  // demand queue. False if none does (it runs already, or was never queued).
+  template <typename Match>
+  bool Promote(Match match) {
+    auto it = std::find_if(prefetch_.begin(), prefetch_.end(), match);
+    if (it == prefetch_.end()) return false;
+    demand_.push_back(std::move(*it));
+    prefetch_.erase(it);
+    return true;
+  }
+
+  // Every queued job, demand first, leaving both queues empty.
+  std::vector<Job> TakeAll() {
+    std::vector<Job> all;
+    all.reserve(size());
+    for (std::deque<Job>* queue : {&demand_, &prefetch_}) {
+      std::move(queue->begin(), queue->end(), std::back_inserter(all));
+      queue->clear();
+    }
+    return all;
+  }
+
+ private:
+  std::deque<Job> demand_;
+  std::deque<Job> prefetch_;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_FETCH_QUEUES_H_

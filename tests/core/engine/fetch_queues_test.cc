@@ -1,0 +1,57 @@
+// FetchQueues: demand before prefetch, each in order; a promoted prefetch runs
+// after the demand queued before it and before every other prefetch.
+#include "core/engine/fetch_queues.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace tensorfs {
+namespace {
+
+struct TestJob {
+  int id = 0;
+};
+
+std::vector<int> Drain(FetchQueues<TestJob>& queues) {
+  std::vector<int> order;
+  while (std::optional<TestJob> job = queues.Pop()) order.push_back(job->id);
+  return order;
+}
+
+TEST(FetchQueuesTest, DemandRunsBeforePrefetchEachInTheOrderQueued) {
+  FetchQueues<TestJob> queues;
+  EXPECT_TRUE(queues.empty());
+  EXPECT_FALSE(queues.Pop().has_value());
+  queues.Push({1}, /*prefetch=*/true);
+  queues.Push({2}, /*prefetch=*/false);
+  queues.Push({3}, /*prefetch=*/true);
+  queues.Push({4}, /*prefetch=*/false);
+  EXPECT_EQ(queues.size(), 4u);
+  EXPECT_EQ(Drain(queues), (std::vector<int>{2, 4, 1, 3}));
+  EXPECT_TRUE(queues.empty());
+}
+
+TEST(FetchQueuesTest, APromotedPrefetchRunsAfterTheDemandBeforeItAndAheadOfOtherPrefetches) {
+  FetchQueues<TestJob> queues;
+  for (int id : {1, 2, 3}) queues.Push({id}, /*prefetch=*/true);
+  queues.Push({10}, /*prefetch=*/false);
+  EXPECT_TRUE(queues.Promote([](const TestJob& j) { return j.id == 3; }));
+  EXPECT_FALSE(queues.Promote([](const TestJob& j) { return j.id == 3; }));   // not a prefetch any more
+  EXPECT_FALSE(queues.Promote([](const TestJob& j) { return j.id == 10; }));  // demand already
+  EXPECT_EQ(Drain(queues), (std::vector<int>{10, 3, 1, 2}));
+}
+
+TEST(FetchQueuesTest, TakeAllEmptiesBothQueuesDemandFirst) {
+  FetchQueues<TestJob> queues;
+  queues.Push({1}, /*prefetch=*/true);
+  queues.Push({2}, /*prefetch=*/false);
+  std::vector<TestJob> all = queues.TakeAll();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].id, 2);
+  EXPECT_EQ(all[1].id, 1);
+  EXPECT_TRUE(queues.empty());
+}
+
+}  // namespace
+}  // namespace tensorfs
