@@ -2,8 +2,8 @@
 // alone: the tensors it touched, whether it reads whole tensors, a slice
 // (taught to the slice learner) or is not known yet, and which bytes of a file
 // the kernel holds already. It requests nothing: the few fetches a copy's
-// extent calls for at once are returned as FetchCalls, which the fetch
-// planner turns into requests. Declared in read_engine.h; state under mu_.
+// extent calls for at once, and the sweeps of a pattern it forgot, are
+// returned as PlannerCalls for the fetch planner. Declared in read_engine.h; state under mu_.
 #include "core/engine/read_engine.h"
 
 #include <spdlog/spdlog.h>
@@ -14,7 +14,7 @@ namespace tensorfs {
 
 ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, ReaderClock& reader,
                                       SliceLearner& learner, ByteRange range, const ActivePattern** pattern,
-                                      uint64_t* copy_end, std::vector<FetchCall>* calls) {
+                                      uint64_t* copy_end, std::vector<PlannerCall>* calls) {
   const ChunkPlan& plan = *state.plan;
   const std::vector<TensorSpan>& tensors = plan.tensors();
   int first = plan.TensorAt(range.offset);
@@ -110,11 +110,11 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
           reader.whole_until = now + tuning_.whole_memory;
-          calls->push_back(FetchCall{.kind = FetchCall::Kind::kWholeTensor, .tensor = k});
+          calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kWholeTensor, .tensor = k});
         } else if (it->copy_end == 0) {
           it->copy_end = tail->range.end();
           if (tail->range.offset > it->range.end()) {
-            calls->push_back(FetchCall{.kind = FetchCall::Kind::kCopyGap,
+            calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kCopyGap,
                                        .range = ByteRange{it->range.end(), tail->range.offset - it->range.end()}});
           }
         }
@@ -186,7 +186,11 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
         if (!dup) {
           spdlog::info("{}: a reader takes {}: prefetching only those", state.info.name, learned->ToString());
           patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
-          if (patterns_.size() > 8) DropPattern(options_.shard_world > 0 ? 1 : 0);
+          if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
+            const auto dropped = patterns_.begin() + (options_.shard_world > 0 ? 1 : 0);
+            calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
+            patterns_.erase(dropped);
+          }
         }
       }
     }

@@ -172,12 +172,18 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   }
 }
 
-void ReadEngine::Plan(ObjectState& state, const std::vector<FetchCall>& calls) {
-  for (const FetchCall& call : calls) {
-    if (call.kind == FetchCall::Kind::kWholeTensor) {
-      ContinueTensor(state, call.tensor);
-    } else {
-      PrefetchPieces(state, call.range);
+void ReadEngine::Plan(ObjectState& state, const std::vector<PlannerCall>& calls) {
+  for (const PlannerCall& call : calls) {
+    switch (call.kind) {
+      case PlannerCall::Kind::kWholeTensor:
+        ContinueTensor(state, call.tensor);
+        break;
+      case PlannerCall::Kind::kCopyGap:
+        PrefetchPieces(state, call.range);
+        break;
+      case PlannerCall::Kind::kPatternDropped:
+        DropSweeps(call.pattern_id);
+        break;
     }
   }
 }

@@ -218,12 +218,10 @@ void ReadEngine::PruneObjects() {
   for (size_t i = 0; i < idle.size() && objects_.size() > tuning_.max_objects * 3 / 4; ++i) objects_.erase(idle[i].second);
 }
 
-void ReadEngine::DropPattern(size_t index) {
-  const int id = patterns_[index].id;
-  patterns_.erase(patterns_.begin() + static_cast<std::ptrdiff_t>(index));
+void ReadEngine::DropSweeps(int pattern_id) {
   for (auto& [object, st] : objects_) {
-    st.slice_sweeps.erase(id);
-    std::erase(st.pending_sweeps, id);
+    st.slice_sweeps.erase(pattern_id);
+    std::erase(st.pending_sweeps, pattern_id);
   }
 }
 
@@ -322,7 +320,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       learner = &r.learner;
     }
     if (kernel_read) {
-      std::vector<FetchCall> calls;
+      std::vector<PlannerCall> calls;
       mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end, &calls);
       Plan(state, calls);
     }

@@ -72,7 +72,7 @@
 //   access_model.cc     what a reader is doing (Classify: touches, whole-tensor
 //                       and slice readers, copies), the bytes the kernel holds;
 //                       it requests nothing, but returns what a read calls for
-//                       at once (FetchCall);
+//                       at once (PlannerCall);
 //   fetch_planner.cc    which ranges to request: chunks, pieces, streams and
 //                       their windows, sweeps, slice windows, the next shard;
 //   fetch_scheduler.cc  workers, the head fetch, publishing fetches; the queues
@@ -257,14 +257,16 @@ class ReadEngine {
   // after its first, likely a whole-tensor copy: its chunks come whole,
   // nothing more.
   enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
-  // What a read told the access model calls for at once, beyond the read
-  // itself, for the planner to request (in this order): the rest of a tensor
-  // a whole-tensor copy began (kWholeTensor), or the bytes between a copy's
-  // first and last pages (kCopyGap).
-  struct FetchCall {
-    enum class Kind { kWholeTensor, kCopyGap } kind;
-    size_t tensor = 0;  // kWholeTensor
-    ByteRange range;    // kCopyGap
+  // What a read told the access model calls for at once, for the planner (in
+  // this order): request the rest of a tensor a whole-tensor copy began
+  // (kWholeTensor), or the bytes between a copy's first and last pages
+  // (kCopyGap); stop the sweeps of a slice pattern the model forgot
+  // (kPatternDropped).
+  struct PlannerCall {
+    enum class Kind { kWholeTensor, kCopyGap, kPatternDropped } kind;
+    size_t tensor = 0;   // kWholeTensor
+    ByteRange range;     // kCopyGap
+    int pattern_id = 0;  // kPatternDropped
   };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for kSettleReads reads, then taught to the learner.
@@ -383,8 +385,8 @@ class ReadEngine {
   // Drops the state of objects nothing is pending on, least recently used
   // first, past kMaxObjects; no ObjectState reference may be held across it.
   void PruneObjects() REQUIRES(mu_);
-  // A pattern is given up: its sweeps go with it.
-  void DropPattern(size_t index) REQUIRES(mu_);
+  // Stops the sweeps of a pattern the access model gave up.
+  void DropSweeps(int pattern_id) REQUIRES(mu_);
   void StartHead(ObjectState& state, bool prefetch) REQUIRES(mu_);
   // Requests chunk `index` (if not cached or loading, nor given to the kernel
   // for a prefetch). Prefetches give up when the cache has no room; returns
@@ -412,13 +414,13 @@ class ReadEngine {
   // Records a kernel read for learning (touches, slice observations, whole
   // tensors) and says which kind of reader made it; *pattern is set for kSlice
   // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
-  // It fetches nothing: what the read calls for at once is appended to *calls
-  // (see FetchCall), for Plan.
+  // It requests nothing: what the read calls for at once is appended to *calls
+  // (see PlannerCall), for Plan.
   Mode Classify(ObjectState& state, AccessState& access, ReaderClock& reader, SliceLearner& learner,
                 ByteRange range, const ActivePattern** pattern, uint64_t* copy_end,
-                std::vector<FetchCall>* calls) REQUIRES(mu_);
-  // Requests what Classify said a read calls for.
-  void Plan(ObjectState& state, const std::vector<FetchCall>& calls) REQUIRES(mu_);
+                std::vector<PlannerCall>* calls) REQUIRES(mu_);
+  // Carries out what Classify said a read calls for.
+  void Plan(ObjectState& state, const std::vector<PlannerCall>& calls) REQUIRES(mu_);
   // Whether the kernel received all of `range` (see ObjectState::given).
   static bool Given(const ObjectState& state, ByteRange range);
   static void AddGiven(ObjectState& state, ByteRange range);
