@@ -3,7 +3,8 @@
 // (taught to the slice learner) or is not known yet, and which bytes of a file
 // the kernel holds already. It requests nothing: the few fetches a copy's
 // extent calls for at once, and the sweeps of a pattern it forgot, are
-// returned as PlannerCalls for the fetch planner. Declared in read_engine.h; state under mu_.
+// returned as PlannerCalls for the fetch planner. Declared in read_engine.h;
+// state under mu_.
 #include "core/engine/read_engine.h"
 
 #include <spdlog/spdlog.h>
