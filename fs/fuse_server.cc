@@ -20,11 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/tuning.h"
 #include "fs/errno_map.h"
 #include "fs/mount_recovery.h"
 #include "fs/stats.h"
 
 namespace tensorfs {
+
+// The engine tells a reader's requests apart by their largest size.
+static_assert(FuseServer::kMaxRead == Tuning{}.max_request, "the engine's max_request is the mount's max_read");
 
 // The request handlers. Each decodes, calls the Namespace, replies once.
 struct FuseHandlers {

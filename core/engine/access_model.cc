@@ -148,7 +148,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
       if (other.tensor == static_cast<int>(k)) other.last_read = access.clock;
     }
     // Nearly all of a tensor several reads long: a whole-tensor reader.
-    if (t.size() >= 4 * std::max<uint64_t>(range.length, tuning_.read_around_half) && it->range.length >= t.size() - t.size() / 10) {
+    if (t.size() >= std::max(4 * range.length, tuning_.whole_min) && it->range.length >= t.size() - t.size() / 10) {
       if (reader.whole_until <= now) {
         spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", state.info.name, k);
       }

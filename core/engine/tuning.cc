@@ -15,6 +15,7 @@ Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_reada
   t.slice_read_around_half = std::min(half, std::max(t.page, (slice / 2) & ~(t.page - 1)));
   t.touch_gap = half;
   t.coalesce_gap = half;
+  t.whole_min = std::min(4 * half, 4 * t.max_request);
   t.copy_tail_max = 8 * half;
   t.spill_max = 8 * half;
   t.near_window = 8 * half;

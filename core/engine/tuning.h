@@ -36,6 +36,9 @@ struct Tuning {
   uint64_t read_around_half = kDefaultReadahead / 2;
   // The same for files opened at the slice readahead: a slice's margins.
   uint64_t slice_read_around_half = kDefaultReadahead / 2;
+  // The most one kernel read request carries: the mount's max_read (checked
+  // against fs/fuse_server.h's). A larger readahead comes in requests of this.
+  uint64_t max_request = 1 << 20;
 
   // --- Access model (per reader): how its reads are told apart.
   // Reads closer than this to a touched range extend it (readahead requests
@@ -51,6 +54,13 @@ struct Tuning {
   uint64_t whole_memory = 4096;
   // Tensors at least this large are judged by how a reader copies them.
   uint64_t copy_min = 1 << 20;
+  // A tensor read nearly whole makes a whole-tensor reader only if it is at
+  // least this large (and four of the reader's reads): four half read-arounds,
+  // as one fault's read-around covers less; but no more than four of the
+  // kernel's largest requests, as at a readahead past 2 MiB a whole reader's
+  // tensors would else never count (a slice reader's faults there bring its
+  // neighbours' rows anyway).
+  uint64_t whole_min = 4 * (kDefaultReadahead / 2);
   // The most the kernel reads around the first or last page of a copy: four
   // read-arounds (the first reads of a larger readahead come in pieces).
   uint64_t copy_tail_max = 512 << 10;

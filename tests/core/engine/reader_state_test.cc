@@ -221,6 +221,37 @@ TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWhole
   EXPECT_LT(fetched, file.size * 3 / 4) << "fetched " << fetched << " of " << file.size;
 }
 
+// `-o read_ahead=16M`: a reader of the whole file reads it in the kernel's
+// largest requests (1 MiB), sixteen in flight at once and arriving out of
+// order. Its tensors (1 to 8 MiB) are each far less than a few read-arounds
+// (16 MiB), yet several requests long: it is a whole-tensor reader, and its
+// chunks come whole (an unknown reader's come in pieces, each read waiting).
+TEST_F(ReaderStateTest, ReaderOfWholeTensorsAtALargeReadaheadIsAWholeReader) {
+  constexpr uint64_t kReadahead = 16 << 20, kRequest = 1 << 20;
+  EngineOptions options = Options();
+  options.chunk_size = 8 << 20;
+  options.prefetch_window = 32 << 20;
+  options.readahead = ReadaheadPolicy::ForMount(/*explicit_read_ahead=*/true, kReadahead, /*shard=*/false);
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, options, metrics_);
+  const uint64_t size = checkpoint_.shard.size;
+  for (uint64_t window = 0; window < size; window += kReadahead) {
+    // The window's requests, last first: the kernel's async readahead in flight.
+    for (uint64_t at = std::min(size, window + kReadahead); at > window;) {
+      at -= kRequest;
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{1}, ByteRange{at, kRequest}});
+      ASSERT_FALSE(HasFatalFailure());
+    }
+  }
+  const size_t chunks = engine.PlanOf(checkpoint_.shard.id())->size();
+  uint64_t fetched = 0;
+  for (const auto& r : store.reads()) fetched += r.length;
+  EXPECT_LE(fetched, size + options.head_size) << "every byte once, and the header";
+  // The first window's requests come before any tensor is seen whole: each
+  // may be a piece. From then on, a request per chunk.
+  EXPECT_LE(store.reads().size(), chunks + kReadahead / kRequest) << "requests for " << chunks << " chunks";
+}
+
 // Objects and generations read once each, by readers opened and (half of
 // them) closed: the engine's state stays within its bounds.
 TEST_F(ReaderStateTest, TenThousandObjectsAndGenerationsKeepTheStateBounded) {

@@ -20,6 +20,7 @@ TEST(TuningTest, UnknownReadaheadIsTheKernelDefaultAndGivesTheTunedValues) {
   EXPECT_EQ(t.near_window, 512u << 10);
   EXPECT_EQ(t.max_margin, 1u << 20);
   EXPECT_EQ(t.max_piece, 4u << 20);
+  EXPECT_EQ(t.whole_min, 256u << 10);
 }
 
 TEST(TuningTest, ReadAroundMarginsFollowTheReadaheadInForce) {
@@ -31,6 +32,15 @@ TEST(TuningTest, ReadAroundMarginsFollowTheReadaheadInForce) {
   const SlicePattern shard = SlicePattern::Shard(1, 4, t);
   EXPECT_EQ(shard.before, 512u << 10);
   EXPECT_EQ(shard.after, 1u << 20);
+  EXPECT_EQ(t.whole_min, 2u << 20);
+}
+
+// Past 2 MiB of readahead the kernel's requests (1 MiB at most) are still
+// several per tensor: a tensor of four of them is enough to judge a reader.
+TEST(TuningTest, WholeTensorThresholdStopsAtFourRequests) {
+  EXPECT_EQ(Tuning::For(8 << 20, 2 << 20).whole_min, 4u << 20);
+  EXPECT_EQ(Tuning::For(8 << 20, 16 << 20).whole_min, 4u << 20);
+  EXPECT_EQ(Tuning::For(8 << 20, 16 << 20).read_around_half, 8u << 20);
 }
 
 TEST(TuningTest, ReadaheadBelowAPageIsAPage) {
