@@ -529,7 +529,46 @@ def server_ceiling(endpoint, ca_file, paths, clients):
 
 # ------------------------------------------------------------------- the run
 
+def sweep_report(paths):
+    """One table of the runs of `datacenter.sh sweep`: per value of the option and per reader, each
+    tensorfs source and memfs_ceiling at the settings that tensorfs mount had in force."""
+    runs = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                runs.append(json.load(f))
+        except (OSError, ValueError) as e:
+            print(f"{path}: no result ({e})")
+    if not runs:
+        return 1
+    names = {"load_file": "load_file", "numpy": "numpy (W1)", "pages": "pages", "cat": "cat", "readers": "dd readers"}
+    loaders = [l for l in names if any(l in r["rates"].get("memfs", {}) for r in runs)]
+    sources = [t + suffix for t in ("tensorfs-dir", "tensorfs-http", "tensorfs-https") for suffix in ("-before", "")
+               if any(t + suffix in r["rates"] for r in runs)]
+    fmt = lambda v: "-" if v is None else f"{v:.2f}"
+    r0 = runs[0]
+    print(f"\n{r0['size'] / GB:.2f} GB in {r0['shards']} shards, {r0['nproc']} CPUs. GB/s (CPU-s per GB of the FUSE "
+          f"server); memfs_ceiling at the read_ahead_kb / max_background / congestion_threshold that tensorfs "
+          f"had in force")
+    for loader in loaders:
+        print(f"\n| {names[loader]}: -o | in force | " + " | ".join(sources) + " | memfs_ceiling | " +
+              " | ".join(f"{t} / memfs" for t in sources) + " |")
+        print("| --- | --- |" + " --- |" * (2 * len(sources) + 1))
+        for r in runs:
+            cell = lambda t: fmt(r["rates"].get(t, {}).get(loader)) + f" ({fmt(r['cpu'].get(t, {}).get(loader))})"
+            m = r.get("mounts", {}).get("memfs", {}).get(loader) or {}
+            force = "/".join(str(m.get(k, "?")) for k in ("read_ahead_kb", "max_background", "congestion_threshold"))
+            mem = r["rates"].get("memfs", {}).get(loader)
+            q = [r["rates"].get(t, {}).get(loader) for t in sources]
+            print(f"| {r.get('tensorfs_opts')} | {force} | " + " | ".join(cell(t) for t in sources) +
+                  f" | {cell('memfs')} | " +
+                  " | ".join("-" if v is None or not mem else f"{v / mem:.2f}" for v in q) + " |")
+    return 0
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--sweep-report":
+        sys.exit(sweep_report(sys.argv[2:]))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tensorfs", required=True)
     p.add_argument("--memfs", required=True)

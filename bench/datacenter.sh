@@ -15,6 +15,9 @@
 #   bash bench/datacenter.sh run [ARGS...]    # anywhere, as root: run it (datacenter.py ARGS, e.g.
 #                                             # --size 512M --device cpu); SIZE=512M works too;
 #                                             # PYTHON=/usr/bin/python3 picks the interpreter
+#   bash bench/datacenter.sh sweep read_ahead=128K,1M,16M [ARGS...]
+#                                             # a `run` per value of one tensorfs option, then one
+#                                             # table of them (SWEEP_OUT=DIR for the JSON files)
 #
 # `run` takes the binaries from build/device when it holds them (with
 # LD_LIBRARY_PATH set for those two processes only), else from --build-dir
@@ -78,8 +81,35 @@ case "$mode" in
     fi
     exec "${PYTHON:-python3}" bench/datacenter.py "${bins[@]}" "${args[@]}"
     ;;
+  sweep)
+    # One option over several values, a whole `run` per value (the same loaders and sources),
+    # then one table of them all: bash bench/datacenter.sh sweep read_ahead=128K,1M,16M [run options]
+    spec=${1:?usage: bash bench/datacenter.sh sweep OPTION=V1,V2,... [run options]}
+    shift
+    [[ "$spec" == *=* ]] || { echo "sweep: give OPTION=V1,V2,... (e.g. read_ahead=128K,1M)" >&2; exit 2; }
+    for a in "$@"; do
+      [[ "$a" != --tensorfs-opts && "$a" != --tensorfs-before-opts && "$a" != --out ]] ||
+        { echo "sweep: $a is set per value; leave it out" >&2; exit 2; }
+    done
+    name=${spec%%=*}
+    before=()  # an earlier build given is run at each value too
+    for a in "$@"; do [[ "$a" == --tensorfs-before ]] && before=(--tensorfs-before-opts); done
+    outs=()
+    IFS=, read -r -a values <<<"${spec#*=}"
+    for i in "${!values[@]}"; do
+      value=${values[i]}
+      out="${SWEEP_OUT:-bench/out}/sweep-$i-$name-$value.json"
+      rm -f "$out"
+      echo "=== sweep: -o $name=$value" >&2
+      bash bench/datacenter.sh run --tensorfs-opts "$name=$value" ${before[@]+"${before[@]}" "$name=$value"} \
+        --out "$out" "$@" || echo "=== sweep: $name=$value failed" >&2
+      outs+=("$out")
+    done
+    exec "${PYTHON:-python3}" bench/datacenter.py --sweep-report "${outs[@]}"
+    ;;
   *)
-    echo "usage: bash bench/datacenter.sh package [--build-dir DIR] | run [datacenter.py options]" >&2
+    echo "usage: bash bench/datacenter.sh package [--build-dir DIR] | run [datacenter.py options] |" \
+         "sweep OPTION=V1,V2,... [datacenter.py options]" >&2
     exit 2
     ;;
 esac
