@@ -177,7 +177,32 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     // A whole-tensor reader's touches are the kernel reading around its
     // copies' first and last pages, at its readahead: nothing to learn.
     const bool whole_reader = now < reader.whole_until || reader.presumed_whole;
-    if (!known && !whole_reader) {
+    // A reader back at a tensor it left, at another place (farther than the
+    // kernel reads around a slice, its readahead arriving late), reads
+    // scattered pages: the places fit some fraction of rows by chance, not as
+    // a slice reader's do. A small touch at a tensor's edge is the kernel
+    // reading around a neighbour (a header parsed, the tensor before): not a
+    // place the reader chose. (Nor the reads of no one reader: several slice
+    // readers share that state.)
+    const bool edge = touch.range.length < tuning_.spill_max && (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    if (!edge && &reader != &anonymous_) {
+      const bool back = std::any_of(access.left.begin(), access.left.end(), [&](const auto& x) {
+        return x.first == touch.tensor && (touch.range.end() + tuning_.max_margin < x.second.offset ||
+                                           x.second.end() + tuning_.max_margin < touch.range.offset);
+      });
+      if (back) {
+        if (access.scattered_until <= access.clock && !whole_reader) {
+          spdlog::debug("{}: a reader came back to tensor {} at another place: a scattered reader, no slice",
+                        state.info.name, touch.tensor);
+        }
+        access.scattered_until = access.clock + tuning_.whole_memory;
+      } else {
+        access.left.emplace_back(touch.tensor, touch.range);
+        if (access.left.size() > tuning_.left_remembered) access.left.erase(access.left.begin());
+      }
+    }
+    const bool scattered = access.clock < access.scattered_until;
+    if (!known && !whole_reader && !scattered) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin);

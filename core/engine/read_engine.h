@@ -319,6 +319,12 @@ class ReadEngine {
     std::vector<Stream> streams;
     uint64_t clock = 0;  // this reader's reads of the object
     int far_jumps = 0;
+    // The touches it left last (Tuning::left_remembered; small ones at a
+    // tensor's edge not counted). A reader that comes back to one of their
+    // tensors at another place reads scattered, not a slice: until
+    // `clock` reaches `scattered_until` it teaches the slice learner nothing.
+    std::vector<std::pair<int, ByteRange>> left;
+    uint64_t scattered_until = 0;
   };
   // A reader's reads of every object, and whether it was seen reading whole
   // tensors lately.

@@ -49,6 +49,12 @@ struct Tuning {
   uint64_t settle_reads = 8;
   // Touches kept per reader and object, beyond which the oldest settle early.
   size_t max_touches = 64;
+  // Touches left that a reader's access state remembers: a tensor left and
+  // read again within this many, farther from where it was read than the
+  // kernel reads around a slice (max_margin), makes it a scattered reader (a
+  // slice reader reads its rows of a tensor once), which teaches the slice
+  // learner nothing for `whole_memory` of its reads.
+  size_t left_remembered = 16;
   // After a tensor is seen read whole, the reader's reads of unknown kind are
   // taken as whole-tensor reads for this many of its reads.
   uint64_t whole_memory = 4096;
