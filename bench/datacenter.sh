@@ -87,13 +87,14 @@ case "$mode" in
     spec=${1:?usage: bash bench/datacenter.sh sweep OPTION=V1,V2,... [run options]}
     shift
     [[ "$spec" == *=* ]] || { echo "sweep: give OPTION=V1,V2,... (e.g. read_ahead=128K,1M)" >&2; exit 2; }
-    for a in "$@"; do
-      [[ "$a" != --tensorfs-opts && "$a" != --tensorfs-before-opts && "$a" != --out ]] ||
-        { echo "sweep: $a is set per value; leave it out" >&2; exit 2; }
-    done
     name=${spec%%=*}
     before=()  # an earlier build given is run at each value too
-    for a in "$@"; do [[ "$a" == --tensorfs-before ]] && before=(--tensorfs-before-opts); done
+    for a in "$@"; do
+      case "$a" in
+        --tensorfs-opts|--tensorfs-before-opts|--out) echo "sweep: $a is set per value; leave it out" >&2; exit 2 ;;
+        --tensorfs-before) before=(--tensorfs-before-opts) ;;
+      esac
+    done
     outs=()
     IFS=, read -r -a values <<<"${spec#*=}"
     for i in "${!values[@]}"; do

@@ -166,8 +166,11 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
     // The kernel reading on past the end of one tensor (or around the start
     // of the next) into a neighbour tells nothing about the reader's slice.
-    const bool spill = touch.crossing && touch.range.length < tuning_.spill_max &&
-                       (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    // A small touch at a tensor's edge is the kernel reading around a
+    // neighbour (a header parsed, the tensor before), not a place the reader
+    // chose; made by a read across the edge, it is that read spilling over.
+    const bool edge = touch.range.length < tuning_.spill_max && (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    const bool spill = touch.crossing && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) REQUIRES(mu_) {
       const ByteRange w = WindowOf(state, p.pattern, static_cast<size_t>(touch.tensor));
@@ -180,11 +183,8 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     // A reader back at a tensor it left, at another place (farther than the
     // kernel reads around a slice, its readahead arriving late), reads
     // scattered pages: the places fit some fraction of rows by chance, not as
-    // a slice reader's do. A small touch at a tensor's edge is the kernel
-    // reading around a neighbour (a header parsed, the tensor before): not a
-    // place the reader chose. (Nor the reads of no one reader: several slice
-    // readers share that state.)
-    const bool edge = touch.range.length < tuning_.spill_max && (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    // a slice reader's do. Edges do not count, nor do the reads of no one
+    // reader (several slice readers share that state).
     if (!edge && &reader != &anonymous_) {
       const bool back = std::any_of(access.left.begin(), access.left.end(), [&](const auto& x) {
         return x.first == touch.tensor && (touch.range.end() + tuning_.max_margin < x.second.offset ||
