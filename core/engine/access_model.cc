@@ -1,11 +1,7 @@
-// ReadEngine's access model: what each reader is doing, from the kernel's reads
-// alone: the tensors it touched, whether it reads whole tensors, a slice
-// (taught to the slice learner) or is not known yet, and which bytes of a file
-// the kernel holds already. It requests nothing: the few fetches a copy's
-// extent calls for at once, and the sweeps of a pattern it forgot, are
-// returned as PlannerCalls for the fetch planner. Declared in read_engine.h;
-// state under mu_.
-#include "core/engine/read_engine.h"
+// The access model (see access_model.h): the tensors a reader touched, whether
+// it reads whole tensors, a slice (taught to the slice learner) or is not
+// known yet.
+#include "core/engine/access_model.h"
 
 #include <spdlog/spdlog.h>
 
@@ -13,16 +9,36 @@
 
 namespace tensorfs {
 
-ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, ReaderClock& reader,
-                                      SliceLearner& learner, ByteRange range, const ActivePattern** pattern,
-                                      uint64_t* copy_end, std::vector<PlannerCall>* calls) {
-  const ChunkPlan& plan = *state.plan;
+AccessModel::AccessModel(const Tuning& tuning, uint64_t slice_readahead, std::optional<SlicePattern> shard)
+    : tuning_(tuning), slice_readahead_(slice_readahead), shard_(shard.has_value()) {
+  if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, *shard});
+}
+
+void AccessModel::SetReadahead(uint64_t readahead) {
+  narrow_ = readahead != 0 && readahead < tuning_.readahead && readahead == slice_readahead_;
+}
+
+const AccessModel::ActivePattern* AccessModel::Pattern(int id) const {
+  auto it = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) { return p.id == id; });
+  return it == patterns_.end() ? nullptr : &*it;
+}
+
+AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::string& name, const Reader& r,
+                                          ByteRange range) {
+  Trail& access = r.trail;
+  ReaderClock& reader = r.clock;
+  Answer answer;
+  std::vector<PlannerCall>* calls = &answer.calls;
+  auto said = [&answer](Mode mode) {
+    answer.mode = mode;
+    return std::move(answer);
+  };
   const std::vector<TensorSpan>& tensors = plan.tensors();
   int first = plan.TensorAt(range.offset);
   if (first < 0) {  // in the header or padding: the tensor after it, if any
     auto it = std::upper_bound(tensors.begin(), tensors.end(), range.offset,
                                [](uint64_t off, const TensorSpan& t) { return off < t.begin; });
-    if (it == tensors.end() || it->begin >= range.end()) return Mode::kWhole;
+    if (it == tensors.end() || it->begin >= range.end()) return said(Mode::kWhole);
     first = static_cast<int>(it - tensors.begin());
   }
   const uint64_t now = ++reader.reads;
@@ -107,9 +123,9 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
       // around the header, its readahead arriving late).
       if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
           tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
-          !NearKnownWindow(state, k, tail->range)) {
+          !NearKnownWindow(plan, k, tail->range)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
-          spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", state.info.name, k);
+          spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
           calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kWholeTensor, .tensor = k});
         } else if (it->copy_end == 0) {
@@ -150,7 +166,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     // Nearly all of a tensor several reads long: a whole-tensor reader.
     if (t.size() >= std::max(4 * range.length, tuning_.whole_min) && it->range.length >= t.size() - t.size() / 10) {
       if (reader.whole_until <= now) {
-        spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", state.info.name, k);
+        spdlog::debug("{}: tensor {} read nearly whole: a whole-tensor reader", name, k);
       }
       reader.whole_until = now + tuning_.whole_memory;
     }
@@ -172,8 +188,8 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     const bool edge = touch.range.length < tuning_.spill_max && (o.begin == o.tensor.begin || o.end == o.tensor.end);
     const bool spill = touch.crossing && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
-    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) REQUIRES(mu_) {
-      const ByteRange w = WindowOf(state, p.pattern, static_cast<size_t>(touch.tensor));
+    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+      const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor));
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
@@ -185,7 +201,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     // scattered pages: the places fit some fraction of rows by chance, not as
     // a slice reader's do. Edges do not count, nor do the reads of no one
     // reader (several slice readers share that state).
-    if (!edge && &reader != &anonymous_) {
+    if (!edge && r.named) {
       const bool back = std::any_of(access.left.begin(), access.left.end(), [&](const auto& x) {
         return x.first == touch.tensor && (touch.range.end() + tuning_.max_margin < x.second.offset ||
                                            x.second.end() + tuning_.max_margin < touch.range.offset);
@@ -193,7 +209,7 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
       if (back) {
         if (access.scattered_until <= access.clock && !whole_reader) {
           spdlog::debug("{}: a reader came back to tensor {} at another place: a scattered reader, no slice",
-                        state.info.name, touch.tensor);
+                        name, touch.tensor);
         }
         access.scattered_until = access.clock + tuning_.whole_memory;
       } else {
@@ -203,17 +219,17 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
     }
     const bool scattered = access.clock < access.scattered_until;
     if (!known && !whole_reader && !scattered) {
-      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", state.info.name,
+      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin);
-      if (std::optional<SlicePattern> learned = learner.Observe(o)) {
+      if (std::optional<SlicePattern> learned = r.learner.Observe(o)) {
         const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
                                      [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
         if (!dup) {
-          spdlog::info("{}: a reader takes {}: prefetching only those", state.info.name, learned->ToString());
+          spdlog::info("{}: a reader takes {}: prefetching only those", name, learned->ToString());
           patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
           if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
-            const auto dropped = patterns_.begin() + (options_.shard_world > 0 ? 1 : 0);
+            const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
             calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
             patterns_.erase(dropped);
           }
@@ -228,77 +244,46 @@ ReadEngine::Mode ReadEngine::Classify(ObjectState& state, AccessState& access, R
   const uint64_t begin = std::max(range.offset, tensors[k].begin);
   const uint64_t end = std::min(range.end(), tensors[k].end);
   for (const ActivePattern& p : patterns_) {
-    const ByteRange w = WindowOf(state, p.pattern, k);
+    const ByteRange w = WindowOf(plan, p.pattern, k);
     if (begin < w.end() && end > w.offset) {
-      *pattern = &p;
-      return Mode::kSlice;
+      answer.pattern = &p;
+      return said(Mode::kSlice);
     }
   }
-  if (now < reader.whole_until) return Mode::kWhole;
+  if (now < reader.whole_until) return said(Mode::kWhole);
   // At a copy's likely last page, or past the end of a copy whose extent is
   // known: the kernel reading around it.
-  if (whole_end) return Mode::kWholeEnd;
-  if (last_page) return Mode::kAround;
+  if (whole_end) return said(Mode::kWholeEnd);
+  if (last_page) return said(Mode::kAround);
   for (const Touch& x : access.touches) {
     if (x.tensor != first || x.copy_end == 0 || begin > x.range.end() + tuning_.touch_gap || end < x.range.offset) continue;
-    if (begin >= x.copy_end) return Mode::kAround;
-    *copy_end = x.copy_end;
+    if (begin >= x.copy_end) return said(Mode::kAround);
+    answer.copy_end = x.copy_end;
   }
   // Near a window of this tensor or of its neighbours: a slice reader's kernel
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
     for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
-      if (IsNear(WindowOf(state, p.pattern, j), range)) {
-        *pattern = &p;
-        return Mode::kNearSlice;
+      if (IsNear(WindowOf(plan, p.pattern, j), range)) {
+        answer.pattern = &p;
+        return said(Mode::kNearSlice);
       }
     }
   }
-  return Mode::kUnknown;
+  return said(Mode::kUnknown);
 }
 
-bool ReadEngine::Given(const ObjectState& state, ByteRange range) {
-  auto it = state.given.upper_bound(range.offset);
-  return it != state.given.begin() && std::prev(it)->second >= range.end();
-}
-
-void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
-  uint64_t begin = range.offset;
-  uint64_t end = range.end();
-  auto it = state.given.upper_bound(begin);
-  if (it != state.given.begin() && std::prev(it)->second >= begin) --it;
-  while (it != state.given.end() && it->first <= end) {
-    begin = std::min(begin, it->first);
-    end = std::max(end, it->second);
-    it = state.given.erase(it);
-  }
-  state.given.emplace(begin, end);
-}
-
-void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
-  auto it = state.given.upper_bound(range.offset);
-  if (it != state.given.begin() && std::prev(it)->second > range.offset) --it;
-  while (it != state.given.end() && it->first < range.end()) {
-    const uint64_t begin = it->first;
-    const uint64_t end = it->second;
-    it = state.given.erase(it);
-    if (begin < range.offset) state.given.emplace(begin, range.offset);
-    if (end > range.end()) it = state.given.emplace(range.end(), end).first;
-  }
-}
-
-bool ReadEngine::IsNear(ByteRange window, ByteRange range) const {
+bool AccessModel::IsNear(ByteRange window, ByteRange range) const {
   return range.offset < window.end() + tuning_.near_window && range.end() + tuning_.near_window > window.offset;
 }
 
-bool ReadEngine::NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const {
+bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const {
   return std::any_of(patterns_.begin(), patterns_.end(),
-                     [&](const ActivePattern& p) REQUIRES(mu_) { return IsNear(WindowOf(state, p.pattern, index), range); });
+                     [&](const ActivePattern& p) { return IsNear(WindowOf(plan, p.pattern, index), range); });
 }
 
-ByteRange ReadEngine::WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const {
-  const ChunkPlan& plan = *state.plan;
-  if (readahead_wanted_ != 0 && readahead_wanted_ < tuning_.readahead && readahead_wanted_ == options_.readahead.slice) {
+ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index) const {
+  if (narrow_) {
     // Files are opened at the slice readahead: the kernel reads no further
     // around a slice than that, whatever margins were learned at the larger one.
     SlicePattern narrow = pattern;

@@ -1,9 +1,14 @@
 // ChunkCache: the chunks in memory, bounded by bytes, with the bookkeeping for
 // single-flight fetches and for eviction order.
 //
+// Each entry is one extent of an object version (see extent_map.h: a planned
+// chunk or a part of one, as one range request fetched it), or a derived chunk
+// (a view's computed bytes, under a ChunkKey). Entries are named by ExtentId,
+// never reused, so a read names the very bytes it took.
+//
 // An entry is either loading (a fetch is under way; readers queue as waiters,
-// so concurrent requests for one chunk share one fetch) or ready (its bytes are
-// published as shared_ptr<const Chunk>: eviction only drops the cache's
+// so concurrent requests for one extent share one fetch) or ready (its bytes
+// are published as shared_ptr<const Chunk>: eviction only drops the cache's
 // reference, never bytes a reply still uses). Ready chunks whose every page has
 // been delivered to the kernel (which now caches them itself) are consumed:
 // they are evicted first, least recently used first, and at most
@@ -11,8 +16,7 @@
 // once, so that a reader streaming through a checkpoint holds a window of it,
 // not a second copy of what the page cache has, and fetches reuse the buffers
 // of the chunks it is done with instead of mapping fresh memory); then other
-// ready chunks, LRU. Loading chunks are never evicted. Keys include the object
-// generation.
+// ready chunks, LRU. Loading chunks are never evicted.
 //
 // Thread-safety: none of its own; ReadEngine calls it with its mutex held.
 #ifndef TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
@@ -24,15 +28,19 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/engine/chunk.h"
+#include "core/engine/extent_map.h"
 #include "core/metrics/metrics.h"
 #include "core/util/status.h"
 #include "core/util/types.h"
 
 namespace tensorfs {
 
+// The key of a derived chunk (ReadEngine::ReadDerived): `object` names what it
+// is computed from and how, `index` which part.
 struct ChunkKey {
   ObjectId object;
   size_t index = 0;
@@ -52,7 +60,12 @@ class ChunkCache {
     std::vector<uint64_t> delivered;     // bitmap of 4 KiB pages given to the kernel
     uint64_t delivered_pages = 0;
     enum class List { kNone, kReady, kConsumed } list = List::kNone;
-    std::list<ChunkKey>::iterator position;
+    std::list<ExtentId>::iterator position;
+    // Where the entry is listed: its object version's extent map, or (a
+    // derived chunk) its key. Neither: an extent replaced or dropped while
+    // loading, kept only until its fetch hands its bytes to the reads waiting.
+    ExtentMap* map = nullptr;
+    const ChunkKey* derived = nullptr;
   };
 
   ChunkCache(uint64_t capacity, uint64_t consumed_limit, Metrics& metrics)
@@ -60,38 +73,52 @@ class ChunkCache {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const { return used_; }
+  size_t entries() const { return entries_.size(); }
 
-  Entry* Find(const ChunkKey& key);
+  // The extents of `object` (one version: the generation is part of the id),
+  // empty at first. The reference stays valid until DropExtents(object).
+  ExtentMap& Extents(const ObjectId& object);
+  // The engine forgot `object`: its ready extents are evicted, its loading
+  // ones are kept only for the reads waiting on them.
+  void DropExtents(const ObjectId& object);
+
+  Entry* Find(ExtentId id);
   // Makes room for `bytes` more: evicts consumed chunks, then (if
   // `evict_unconsumed`) any ready chunk, LRU first. False if it cannot.
   bool Reserve(uint64_t bytes, bool evict_unconsumed);
-  // A new loading entry, charged to the budget (call Reserve first). Null if
-  // `key` has an entry already: the caller's state is inconsistent (a bug),
-  // which it reports; the cache is left as it was.
-  Entry* InsertLoading(const ChunkKey& key, ByteRange range, bool prefetched);
-  // The fetch succeeded: the entry becomes ready. Returns its waiters; nullopt
-  // (and `chunk` dropped) if `key` names no loading entry, a bug the caller
-  // reports.
-  std::optional<std::vector<ChunkWaiter>> Publish(const ChunkKey& key, std::shared_ptr<const Chunk> chunk);
+  // A new loading extent of `map` over `range`, charged to the budget (call
+  // Reserve first). The extents of `map` it overlaps are replaced: ready ones
+  // are evicted, loading ones finish only for the reads waiting on them.
+  ExtentId InsertLoading(ExtentMap& map, ByteRange range, bool prefetched);
+  // A derived chunk: the entry under `key`, if any; a new loading one of
+  // `size` bytes (call Reserve first).
+  std::optional<ExtentId> FindDerived(const ChunkKey& key) const;
+  ExtentId InsertDerived(const ChunkKey& key, uint64_t size);
+  // The fetch succeeded: the entry becomes ready (or, replaced meanwhile, is
+  // dropped). Returns its waiters; nullopt (and `chunk` dropped) if `id` names
+  // no loading entry, a bug the caller reports.
+  std::optional<std::vector<ChunkWaiter>> Publish(ExtentId id, std::shared_ptr<const Chunk> chunk);
   // The fetch failed: the entry is dropped so a later read tries again.
-  // Returns its waiters; nullopt if `key` names no loading entry (a bug).
-  std::optional<std::vector<ChunkWaiter>> Fail(const ChunkKey& key);
-  // A read used the chunk: most recently used.
-  void Touch(const ChunkKey& key);
-  // Bytes `part` (file offsets, within the chunk) of `chunk`, the entry's
-  // bytes when the read took them, went to the kernel. When that made the
-  // entry consumed, returns its range (the entry, or older consumed ones, may
-  // have been evicted to stay within consumed_limit). An entry now holding
-  // other bytes under the key (the read's chunk was evicted and the key
-  // reused for another range) is left alone.
-  std::optional<ByteRange> MarkDelivered(const ChunkKey& key, const Chunk* chunk, ByteRange part);
+  // Returns its waiters; nullopt if `id` names no loading entry (a bug).
+  std::optional<std::vector<ChunkWaiter>> Fail(ExtentId id);
+  // A read used the entry: most recently used.
+  void Touch(ExtentId id);
+  // Bytes `part` (file offsets, within the entry) of entry `id` went to the
+  // kernel. When that made the entry consumed, returns its range (the entry,
+  // or older consumed ones, may have been evicted to stay within
+  // consumed_limit). An entry evicted since the read took its bytes is gone:
+  // nothing happens.
+  std::optional<ByteRange> MarkDelivered(ExtentId id, ByteRange part);
   // The chunks evicted since the last call: the caller drops them once it has
   // released its lock, so that unmapping their buffers (when no reply holds
   // them) happens outside it.
   std::vector<std::shared_ptr<const Chunk>> TakeEvicted() { return std::move(evicted_); }
 
  private:
-  void Evict(const ChunkKey& key);
+  Entry& NewEntry(ByteRange range, bool prefetched, ExtentId* id);
+  // Takes the entry out of its extent map or the derived keys.
+  void Unlist(ExtentId id, Entry& e);
+  void Evict(ExtentId id);
   void Charge(int64_t bytes);
 
   const uint64_t capacity_;
@@ -99,9 +126,12 @@ class ChunkCache {
   Metrics& metrics_;
   uint64_t used_ = 0;
   uint64_t consumed_bytes_ = 0;  // of the chunks in consumed_
-  std::map<ChunkKey, Entry> entries_;
-  std::list<ChunkKey> ready_;     // LRU order: front is least recent
-  std::list<ChunkKey> consumed_;  // LRU order: front is least recent
+  ExtentId next_id_ = 1;
+  std::unordered_map<ExtentId, Entry> entries_;
+  std::map<ObjectId, ExtentMap> maps_;
+  std::map<ChunkKey, ExtentId> derived_;
+  std::list<ExtentId> ready_;     // LRU order: front is least recent
+  std::list<ExtentId> consumed_;  // LRU order: front is least recent
   std::vector<std::shared_ptr<const Chunk>> evicted_;  // see TakeEvicted
 };
 

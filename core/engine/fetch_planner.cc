@@ -1,9 +1,9 @@
 // ReadEngine's fetch planner: which ranges to request for what the access model
-// says, as chunks, pieces of chunks (the gaps between cached pieces) or edge
-// pieces of a view's range; the streams of sequential readers and their
-// windows, the whole-object sweep, slice readers' window sweeps, the start of
-// the next shard. Reads the cache and the per-object state under mu_; hands
-// requests to the fetch scheduler (Enqueue).
+// says, as chunks or as the gaps between the extents cached or coming (pieces
+// a slice reader needs, a view's run of tensors); the streams of sequential
+// readers and their windows, the whole-object sweep, slice readers' window
+// sweeps, the start of the next shard. Reads the extent maps and the
+// per-object state under mu_; hands requests to the fetch scheduler (Enqueue).
 #include "core/engine/read_engine.h"
 
 #include <spdlog/spdlog.h>
@@ -13,113 +13,65 @@
 namespace tensorfs {
 
 bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
-  const ChunkKey key{state.info.id(), index};
   const ByteRange range = state.plan->Chunk(index);
   if (prefetch && Given(state, range)) return true;
-  if (cache_.Find(key) == nullptr) {
-    uint64_t in_pieces = 0;
-    for (const auto& [piece, piece_key] : PiecesIn(state, range)) in_pieces += piece.length;
-    // Part of it came as pieces: fetch only the rest (not counted as a
-    // sweep's). Unless that part is small (a reader's first reads, before it
-    // was known to read whole tensors): the whole chunk then comes in one
-    // request rather than in two or three around the pieces, a few of its
-    // bytes twice.
-    if (in_pieces > 0 && in_pieces * tuning_.small_pieces > range.length) {
-      return RequestGaps(state, range, prefetch, range.length) >= 0;
-    }
+  if (state.extents->Holds(range)) return true;
+  uint64_t in_pieces = 0;
+  for (const ExtentMap::Extent& piece : state.extents->Overlapping(range)) in_pieces += piece.range.length;
+  // Part of it came as pieces: fetch only the rest (not counted as a sweep's).
+  // Unless that part is small (a reader's first reads, before it was known to
+  // read whole tensors): the whole chunk then comes in one request rather
+  // than in two or three around the pieces, a few of its bytes twice, and
+  // replaces them.
+  if (in_pieces > 0 && in_pieces * tuning_.small_pieces > range.length) {
+    return RequestGaps(state, range, prefetch, range.length) >= 0;
   }
-  return RequestPiece(state, key, range, prefetch, sweep);
+  return RequestExtent(state, range, prefetch, sweep) != 0;
 }
 
-bool ReadEngine::RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep) {
-  if (cache_.Find(key) != nullptr) return true;
-  if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
-  if (cache_.InsertLoading(key, range, prefetch) == nullptr) {
-    Inconsistent(state.info.name + ": a cache entry appeared between Find and InsertLoading");
-    return true;
-  }
+ExtentId ReadEngine::RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep, int slice) {
+  if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return 0;
+  const ExtentId id = cache_.InsertLoading(*state.extents, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
   if (sweep) ++state.sweep_in_flight;
-  Enqueue(state, Job{.object = state.info.id(), .key = key, .range = range, .sweep = sweep}, prefetch);
-  return true;
-}
-
-ChunkKey ReadEngine::PieceKey(const ObjectState& state, uint64_t offset) const {
-  ChunkKey key{state.info.id(), static_cast<size_t>(offset)};
-  // No stored object's name starts with a NUL byte.
-  key.object.name = std::string(1, '\0') + "piece " + key.object.name;
-  return key;
-}
-
-std::vector<std::pair<ByteRange, ChunkKey>> ReadEngine::PiecesIn(ObjectState& state, ByteRange range) {
-  std::vector<std::pair<ByteRange, ChunkKey>> found;
-  auto it = state.pieces.upper_bound(range.offset);
-  if (it != state.pieces.begin() && std::prev(it)->second.end > range.offset) --it;
-  while (it != state.pieces.end() && it->first < range.end()) {
-    if (cache_.Find(it->second.key) == nullptr) {  // evicted
-      it = state.pieces.erase(it);
-      continue;
-    }
-    found.emplace_back(ByteRange{it->first, it->second.end - it->first}, it->second.key);
-    ++it;
-  }
-  return found;
+  if (slice >= 0) state.slice_sweeps[slice].in_flight += range.length;
+  Enqueue(state, Job{.object = state.info.id(), .extent = id, .range = range, .sweep = sweep, .slice = slice},
+          prefetch);
+  return id;
 }
 
 int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
-                                std::vector<std::pair<ByteRange, ChunkKey>>* created) {
+                                std::vector<ExtentMap::Extent>* created) {
   int64_t requested = 0;
-  uint64_t cursor = range.offset;
   auto request = [&](uint64_t begin, uint64_t end) REQUIRES(mu_) {
     for (uint64_t at = begin; at < end;) {
-      const uint64_t length = std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page));
-      if (!cache_.Reserve(length, /*evict_unconsumed=*/!prefetch) && prefetch) return false;
-      const ChunkKey key = PieceKey(state, at);
-      if (cache_.InsertLoading(key, ByteRange{at, length}, prefetch) == nullptr) {
-        Inconsistent(state.info.name + ": a piece at " + std::to_string(at) +
-                     " is cached though no piece covers it");
-        at += length;  // left to the entry there; a read of it finds it
-        continue;
-      }
-      state.pieces[at] = Piece{at + length, key};
-      if (created != nullptr) created->emplace_back(ByteRange{at, length}, key);
-      if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
-      if (slice >= 0) state.slice_sweeps[slice].in_flight += length;
-      Enqueue(state, Job{.object = state.info.id(), .key = key, .range = {at, length}, .slice = slice}, prefetch);
-      requested += static_cast<int64_t>(length);
-      at += length;
+      const ByteRange piece{at, std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page))};
+      const ExtentId id = RequestExtent(state, piece, prefetch, /*sweep=*/false, slice);
+      if (id == 0) return false;
+      if (created != nullptr) created->push_back(ExtentMap::Extent{piece, id});
+      requested += static_cast<int64_t>(piece.length);
+      at = piece.end();
     }
     return true;
   };
-  for (const auto& [piece, key] : PiecesIn(state, range)) {
-    if (piece.offset > cursor && !request(cursor, piece.offset)) return -1;
-    cursor = std::max(cursor, piece.end());
+  uint64_t cursor = range.offset;
+  for (const ExtentMap::Extent& piece : state.extents->Overlapping(range)) {
+    if (piece.range.offset > cursor && !request(cursor, piece.range.offset)) return -1;
+    cursor = std::max(cursor, piece.range.end());
   }
   if (cursor < range.end() && !request(cursor, range.end())) return -1;
-  if (state.pieces.size() >= state.pieces_check_at) {  // forget evicted pieces nobody looked up since
-    std::erase_if(state.pieces, [&](const auto& p) REQUIRES(mu_) { return cache_.Find(p.second.key) == nullptr; });
-    state.pieces_check_at = std::max<size_t>(64, 2 * state.pieces.size());
-  }
   return requested;
 }
 
-ChunkKey ReadEngine::KeyWithin(ObjectState& state, size_t index, const std::optional<ByteRange>& within,
-                               ByteRange* range) {
-  ChunkKey key{state.info.id(), index};
-  *range = state.plan->Chunk(index);
+ByteRange ReadEngine::PartWithin(ByteRange chunk, const std::optional<ByteRange>& within) {
   // A chunk outside `within` altogether (a caller reading past the range it
-  // named) is read as a chunk of its own: there is no edge of `within` in it.
-  if (!within || (range->offset >= within->offset && range->end() <= within->end()) ||
-      range->end() <= within->offset || range->offset >= within->end() || cache_.Find(key) != nullptr) {
-    return key;
+  // named) is read whole: there is no edge of `within` in it.
+  if (!within || (chunk.offset >= within->offset && chunk.end() <= within->end()) ||
+      chunk.end() <= within->offset || chunk.offset >= within->end()) {
+    return chunk;
   }
-  const uint64_t begin = std::max(range->offset, within->offset);
-  const uint64_t end = std::min(range->end(), within->end());
-  *range = ByteRange{begin, end - begin};
-  // No stored object's name starts with a NUL byte.
-  key.object.name = std::string(1, '\0') + "edge " + std::to_string(within->offset) + "+" +
-                    std::to_string(within->length) + " " + key.object.name;
-  return key;
+  const uint64_t begin = std::max(chunk.offset, within->offset);
+  return ByteRange{begin, std::min(chunk.end(), within->end()) - begin};
 }
 
 void ReadEngine::StartSliceSweep(ObjectState& state, int id, size_t from) {
@@ -129,9 +81,9 @@ void ReadEngine::StartSliceSweep(ObjectState& state, int id, size_t from) {
 }
 
 void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
-  auto pattern_it = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) { return p.id == id; });
-  if (pattern_it == patterns_.end()) state.slice_sweeps.erase(id);
-  if (pattern_it == patterns_.end() || stopping_) return;
+  const AccessModel::ActivePattern* active = model_.Pattern(id);
+  if (active == nullptr) state.slice_sweeps.erase(id);
+  if (active == nullptr || stopping_) return;
   auto [sweep_it, fresh] = state.slice_sweeps.try_emplace(id, SliceSweep{.start = from});
   SliceSweep& sweep = sweep_it->second;
   const ChunkPlan& plan = *state.plan;
@@ -139,10 +91,10 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   while (sweep.visited < n && sweep.in_flight < options_.prefetch_window) {
     // One run of windows close together, cut at chunk boundaries.
     size_t k = (sweep.start + sweep.visited) % n;
-    ByteRange run = WindowOf(state, pattern_it->pattern, k);
+    ByteRange run = model_.WindowOf(plan, active->pattern, k);
     size_t count = 1;
     while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
-      const ByteRange next = WindowOf(state, pattern_it->pattern, k + 1);
+      const ByteRange next = model_.WindowOf(plan, active->pattern, k + 1);
       if (next.offset > run.end() + tuning_.coalesce_gap || next.end() - run.offset > options_.chunk_size) break;
       run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
       ++k;
@@ -150,8 +102,8 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
     }
     bool room = true;
     for (size_t c = plan.ChunkAt(run.offset), last = plan.ChunkAt(run.end() - 1); c <= last && room; ++c) {
-      if (cache_.Find(ChunkKey{state.info.id(), c}) != nullptr) continue;
       const ByteRange chunk = plan.Chunk(c);
+      if (state.extents->Holds(chunk)) continue;
       const uint64_t b = std::max(chunk.offset, run.offset);
       const uint64_t e = std::min(chunk.end(), run.end());
       if (Given(state, ByteRange{b, e - b})) continue;
@@ -172,7 +124,8 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   }
 }
 
-void ReadEngine::Plan(ObjectState& state, const std::vector<PlannerCall>& calls) {
+void ReadEngine::Plan(ObjectState& state, const std::vector<AccessModel::PlannerCall>& calls) {
+  using PlannerCall = AccessModel::PlannerCall;
   for (const PlannerCall& call : calls) {
     switch (call.kind) {
       case PlannerCall::Kind::kWholeTensor:
@@ -203,23 +156,19 @@ void ReadEngine::RampWithinTensor(ObjectState& state, const AccessState& access,
   // header parsed through mmap: it calls for nothing more yet.
   if (index < 0 || plan.ChunkAt(range.end() - 1) == 0) return;
   const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
-  auto touch = std::find_if(access.touches.begin(), access.touches.end(), [&](const Touch& x) {
+  const std::vector<AccessModel::Touch>& touches = access.trail.touches;
+  auto touch = std::find_if(touches.begin(), touches.end(), [&](const AccessModel::Touch& x) {
     return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
   });
-  const uint64_t run = touch == access.touches.end() ? range.length : range.end() - touch->range.offset;
-  // A copy whose end is known is read ahead no further (see Classify).
-  const uint64_t limit = touch != access.touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
+  const uint64_t run = touch == touches.end() ? range.length : range.end() - touch->range.offset;
+  // A copy whose end is known is read ahead no further (see AccessModel::Classify).
+  const uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
-    const size_t c = plan.ChunkAt(frontier);
-    if (cache_.Find(ChunkKey{state.info.id(), c}) != nullptr) {
-      frontier = plan.Chunk(c).end();
-      continue;
-    }
-    std::vector<std::pair<ByteRange, ChunkKey>> pieces = PiecesIn(state, ByteRange{frontier, 1});
-    if (pieces.empty()) break;
-    frontier = pieces.front().first.end();
+    const std::vector<ExtentMap::Extent> at = state.extents->Overlapping(ByteRange{frontier, 1});
+    if (at.empty()) break;
+    frontier = at.front().range.end();
   }
   // Ahead by as much as the reader has read of the tensor, topped up in steps
   // that double, so that each request is larger than the one before: a slice
@@ -237,8 +186,8 @@ void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
   for (uint64_t at = range.offset; at < range.end();) {
     const size_t c = plan.ChunkAt(at);
     const uint64_t e = std::min(range.end(), plan.Chunk(c).end());
-    if (cache_.Find(ChunkKey{state.info.id(), c}) == nullptr && !Given(state, ByteRange{at, e - at}) &&
-        RequestGaps(state, ByteRange{at, e - at}, /*prefetch=*/true, piece) < 0) {
+    const ByteRange part{at, e - at};
+    if (!Given(state, part) && RequestGaps(state, part, /*prefetch=*/true, piece) < 0) {
       return;
     }
     at = e;
@@ -271,7 +220,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
   const ChunkPlan& plan = *state.plan;
   // Reading the header (to list tensors, say) calls for no tensor data.
   if (read_end <= plan.data_start()) return;
-  ++access.clock;
+  ++access.trail.clock;
   Stream* s = nullptr;
   for (Stream& st : access.streams) {
     if (first + tuning_.back_tolerance >= st.start && first <= st.frontier + 1) {
@@ -304,7 +253,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
       spdlog::debug("{}: read out of order; prefetching it whole in storage order", state.info.name);
     }
   }
-  s->age = access.clock;
+  s->age = access.trail.clock;
   NoteStreamRead(s->id);
 
   // The rest of the tensor being read, and for a reader moving on (not one that
@@ -360,7 +309,7 @@ void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
     state.access.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++, .continuation = true});
     it = std::prev(state.access.streams.end());
   }
-  it->age = ++state.access.clock;
+  it->age = ++state.access.trail.clock;
   uint64_t covered = 0;
   for (size_t i = 1; i < plan.size() && covered < bytes; ++i) {
     covered += plan.Chunk(i).length;
@@ -374,10 +323,7 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
   const ChunkPlan& plan = *state.plan;
   const int limit = static_cast<int>(std::max<uint64_t>(1, options_.prefetch_window / options_.chunk_size));
   while (state.sweep_in_flight < limit && state.sweep_next < plan.size()) {
-    ChunkKey key{state.info.id(), state.sweep_next};
-    if (cache_.Find(key) == nullptr) {
-      if (!Request(state, state.sweep_next, /*prefetch=*/true, /*sweep=*/true)) return;
-    }
+    if (!Request(state, state.sweep_next, /*prefetch=*/true, /*sweep=*/true)) return;
     ++state.sweep_next;
   }
   // All of this object is on its way: the next file of the checkpoint can start.
@@ -393,9 +339,8 @@ void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range, const std::o
   for (size_t i = plan.ChunkAt(range.offset), last = plan.ChunkAt(end - 1); i <= last; ++i) {
     const ByteRange chunk = plan.Chunk(i);
     if (within && (chunk.end() <= within->offset || chunk.offset >= within->end())) continue;
-    ByteRange piece;
-    ChunkKey key = KeyWithin(state, i, within, &piece);
-    if (!RequestPiece(state, key, piece, /*prefetch=*/true)) return;
+    const ByteRange part = PartWithin(chunk, within);
+    if (RequestGaps(state, part, /*prefetch=*/true, part.length) < 0) return;
   }
 }
 

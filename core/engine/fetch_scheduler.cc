@@ -23,13 +23,12 @@ void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
 void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
   if (state.head_requested) {
     if (!prefetch) {  // a reader waits: a queued head prefetch becomes demand
-      queues_.Promote([&](const Job& j) { return j.head && j.key.object == state.info.id(); });
+      queues_.Promote([&](const Job& j) { return j.head && j.object == state.info.id(); });
     }
     return;
   }
   state.head_requested = true;
-  Enqueue(state, Job{.object = state.info.id(), .key = {state.info.id(), 0}, .range = {0, state.info.size}, .head = true},
-          prefetch);
+  Enqueue(state, Job{.object = state.info.id(), .range = {0, state.info.size}, .head = true}, prefetch);
 }
 
 void ReadEngine::PrefetchHead(const ObjectInfo& object) {
@@ -134,11 +133,11 @@ void ReadEngine::RunJob(const Job& job) {
       state.plan_waiters.clear();
       if (status.ok()) {
         state.plan = std::move(plan);
-        ChunkKey key{job.key.object, 0};
-        if (cache_.Find(key) == nullptr) {
-          cache_.Reserve(chunk->range().length, /*evict_unconsumed=*/true);
-          cache_.InsertLoading(key, chunk->range(), /*prefetched=*/true);
-          cache_.Publish(key, std::move(chunk));
+        const ByteRange head = chunk->range();
+        if (state.extents->Overlapping(head).empty()) {
+          cache_.Reserve(head.length, /*evict_unconsumed=*/true);
+          const ExtentId id = cache_.InsertLoading(*state.extents, head, /*prefetched=*/true);
+          cache_.Publish(id, std::move(chunk));
         }
         if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
         state.continue_bytes = 0;
@@ -155,11 +154,11 @@ void ReadEngine::RunJob(const Job& job) {
       }
     } else {
       std::optional<std::vector<ChunkWaiter>> taken =
-          status.ok() ? cache_.Publish(job.key, std::move(chunk)) : cache_.Fail(job.key);
+          status.ok() ? cache_.Publish(job.extent, std::move(chunk)) : cache_.Fail(job.extent);
       if (taken) {
         waiters = std::move(*taken);
       } else {
-        Inconsistent(job.key.object.name + ": a fetch of " + std::to_string(job.range.offset) + "+" +
+        Inconsistent(job.object.name + ": a fetch of " + std::to_string(job.range.offset) + "+" +
                      std::to_string(job.range.length) + " finished with no loading entry for it");
       }
       if (job.sweep) --state.sweep_in_flight;
@@ -170,10 +169,6 @@ void ReadEngine::RunJob(const Job& job) {
           it->second.in_flight -= std::min(it->second.in_flight, job.range.length);
           if (!stopping_) TopUpSliceSweep(state, job.slice, it->second.start);
         }
-      }
-      if (!status.ok() && job.key.object.name != job.object.name) {
-        auto piece = state.pieces.find(job.range.offset);
-        if (piece != state.pieces.end() && piece->second.key == job.key) state.pieces.erase(piece);
       }
     }
   }

@@ -51,9 +51,9 @@ Status EngineOptions::Validate() const {
 struct ReadEngine::ReadOp {
   ObjectId object;
   ByteRange range;
-  // The cache entries that tile `range`, in order: chunks, edge pieces, pieces.
+  // The extents that tile `range`, in order.
   std::vector<std::shared_ptr<const Chunk>> chunks;
-  std::vector<ChunkKey> keys;
+  std::vector<ExtentId> extents;
   std::atomic<int> pending{0};
   std::atomic<bool> failed{false};
   Status error;  // written once, by the waiter that sets `failed`
@@ -73,12 +73,14 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
         return o;
       }())),
       cache_(options.cache_size, options.consumed_keep, metrics),
+      model_(tuning_, options.readahead.slice,
+             options.shard_world > 0
+                 ? std::optional(SlicePattern::Shard(options.shard_rank, options.shard_world, tuning_))
+                 : std::nullopt),
       learner_(tuning_),
       readahead_(options.readahead),
       readahead_wanted_(readahead_.Wanted()) {
-  if (options_.shard_world > 0) {
-    patterns_.push_back(ActivePattern{next_pattern_id_++, SlicePattern::Shard(options_.shard_rank, options_.shard_world, tuning_)});
-  }
+  model_.SetReadahead(readahead_wanted_);
   if (!options_.trace_reads.empty()) {
     StatusOr<std::unique_ptr<ReadTrace>> trace = ReadTrace::Open(options_.trace_reads);
     if (trace.ok()) {
@@ -102,7 +104,7 @@ ReadEngine::~ReadEngine() {
         std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
         w.clear();
       } else {
-        if (auto w = cache_.Fail(job.key)) std::move(w->begin(), w->end(), std::back_inserter(waiters));
+        if (auto w = cache_.Fail(job.extent)) std::move(w->begin(), w->end(), std::back_inserter(waiters));
       }
     }
   }
@@ -117,6 +119,7 @@ ReadEngine::ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
   auto [it, inserted] = objects_.try_emplace(object.id());
   if (inserted) {
     it->second.info = object;
+    it->second.extents = &cache_.Extents(it->first);
     auto next = read_order_.find(it->first);
     if (next != read_order_.end()) it->second.successor = next->second;
   }
@@ -173,6 +176,7 @@ void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
                  kind == ReadaheadPolicy::Kind::kSlice ? "slice" : "whole-tensor");
   }
   readahead_wanted_ = wanted;
+  model_.SetReadahead(wanted);
   readahead_changed_.store(true, std::memory_order_relaxed);
 }
 
@@ -215,7 +219,10 @@ void ReadEngine::PruneObjects() {
     }
   }
   std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 0; i < idle.size() && objects_.size() > tuning_.max_objects * 3 / 4; ++i) objects_.erase(idle[i].second);
+  for (size_t i = 0; i < idle.size() && objects_.size() > tuning_.max_objects * 3 / 4; ++i) {
+    cache_.DropExtents(idle[i].second->first);
+    objects_.erase(idle[i].second);
+  }
 }
 
 void ReadEngine::DropSweeps(int pattern_id) {
@@ -225,15 +232,45 @@ void ReadEngine::DropSweeps(int pattern_id) {
   }
 }
 
+bool ReadEngine::Given(const ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  return it != state.given.begin() && std::prev(it)->second >= range.end();
+}
+
+void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
+  uint64_t begin = range.offset;
+  uint64_t end = range.end();
+  auto it = state.given.upper_bound(begin);
+  if (it != state.given.begin() && std::prev(it)->second >= begin) --it;
+  while (it != state.given.end() && it->first <= end) {
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = state.given.erase(it);
+  }
+  state.given.emplace(begin, end);
+}
+
+void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
+  auto it = state.given.upper_bound(range.offset);
+  if (it != state.given.begin() && std::prev(it)->second > range.offset) --it;
+  while (it != state.given.end() && it->first < range.end()) {
+    const uint64_t begin = it->first;
+    const uint64_t end = it->second;
+    it = state.given.erase(it);
+    if (begin < range.offset) state.given.emplace(begin, range.offset);
+    if (end > range.end()) it = state.given.emplace(range.end(), end).first;
+  }
+}
+
 ReadEngine::StateSizes ReadEngine::Sizes() {
   MutexLock lock(mu_);
   StateSizes sizes{.objects = objects_.size(), .readers = readers_.size()};
   for (const auto& [object, st] : objects_) {
-    sizes.pieces += st.pieces.size();
+    sizes.extents += st.extents->size();
     sizes.slice_sweeps += st.slice_sweeps.size();
-    sizes.touches += st.access.touches.size();
+    sizes.touches += st.access.trail.touches.size();
   }
-  for (const auto& [reader, r] : readers_) sizes.touches += r.access.touches.size();
+  for (const auto& [reader, r] : readers_) sizes.touches += r.access.trail.touches.size();
   return sizes;
 }
 
@@ -251,7 +288,7 @@ std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
 std::vector<SlicePattern> ReadEngine::SlicePatterns() {
   MutexLock lock(mu_);
   std::vector<SlicePattern> out;
-  for (const ActivePattern& p : patterns_) out.push_back(p.pattern);
+  for (const AccessModel::ActivePattern& p : model_.patterns()) out.push_back(p.pattern);
   return out;
 }
 
@@ -305,13 +342,13 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     // Which kind of reader this is decides how much of a missing chunk to
     // fetch and what to prefetch (see "Readers" in the header).
     Mode mode = Mode::kWhole;
-    const ActivePattern* pattern = nullptr;
+    const AccessModel::ActivePattern* pattern = nullptr;
     uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
     // The kernel reading bytes it was given has dropped them.
     if (op->hints.prefetch && !op->hints.within) RemoveGiven(state, op->range);
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
     AccessState* access = &state.access;
-    ReaderClock* reader = &anonymous_;
+    AccessModel::ReaderClock* reader = &anonymous_;
     SliceLearner* learner = &learner_;
     if (op->hints.reader.value != 0) {
       ReaderState& r = ReaderOf(op->hints.reader, state);
@@ -320,9 +357,13 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       learner = &r.learner;
     }
     if (kernel_read) {
-      std::vector<PlannerCall> calls;
-      mode = Classify(state, *access, *reader, *learner, op->range, &pattern, &copy_end, &calls);
-      Plan(state, calls);
+      AccessModel::Answer answer = model_.Classify(
+          plan, state.info.name, AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0},
+          op->range);
+      mode = answer.mode;
+      pattern = answer.pattern;
+      copy_end = answer.copy_end;
+      Plan(state, answer.calls);
     }
     if (kernel_read && op->hints.reader.value != 0) {
       ReaderState& r = readers_.at(op->hints.reader);
@@ -338,31 +379,28 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
-    if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(patterns_.front().id)) {
-      StartSliceSweep(state, patterns_.front().id, 0);  // -o shard: from the first read on
+    if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
+      StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming
-    // Adds the entry `key` covering `piece` to the read: cached, or joined.
-    auto add = [&](const ChunkKey& key, bool fetch_whole_chunk, ByteRange piece,
-                   std::shared_ptr<const Chunk> held = nullptr) REQUIRES(mu_) {
+    // Adds extent `id` to the read: cached (or `held` by the read), or joined.
+    auto add = [&](ExtentId id, std::shared_ptr<const Chunk> held) REQUIRES(mu_) {
       const size_t slot = op->chunks.size();
       op->chunks.emplace_back();
-      op->keys.push_back(key);
-      ChunkCache::Entry* entry = cache_.Find(key);
+      op->extents.push_back(id);
+      ChunkCache::Entry* entry = cache_.Find(id);
       if (held != nullptr || (entry != nullptr && entry->chunk != nullptr)) {
         op->chunks[slot] = held != nullptr ? std::move(held) : entry->chunk;
-        if (entry != nullptr) cache_.Touch(key);
+        if (entry != nullptr) cache_.Touch(id);
         metrics_.cache_hits.fetch_add(1, std::memory_order_relaxed);
         return;
       }
+      if (entry == nullptr) return;  // neither cached nor loading (a bug): FinishRead reports the gap
       metrics_.cache_misses.fetch_add(1, std::memory_order_relaxed);
-      if (entry != nullptr && entry->prefetched) waited_on_prefetch = true;
-      if (entry == nullptr) {
-        if (fetch_whole_chunk) RequestPiece(state, key, piece, /*prefetch=*/false);
-        entry = cache_.Find(key);
-      } else if (entry->prefetched && entry->waiters.empty()) {
+      if (entry->prefetched) {
+        waited_on_prefetch = true;
         // A reader waits for a queued prefetch: give it demand priority.
-        queues_.Promote([&](const Job& j) { return !j.head && j.key == key; });
+        if (entry->waiters.empty()) queues_.Promote([&](const Job& j) { return !j.head && j.extent == id; });
       }
       op->pending.fetch_add(1);
       entry->waiters.push_back([this, op, slot](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
@@ -374,40 +412,41 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         if (op->pending.fetch_sub(1) == 1) FinishRead(op);
       });
     };
-    op->pending.store(1);  // held until every entry is added
+    op->pending.store(1);  // held until every extent is added
+    const bool whole = mode == Mode::kWhole || mode == Mode::kWholeEnd;
     for (size_t i = first; i <= last; ++i) {
-      const ChunkKey key{state.info.id(), i};
       const ByteRange chunk = plan.Chunk(i);
       const uint64_t b = std::max(op->range.offset, chunk.offset);
       const uint64_t e = std::min(op->range.end(), chunk.end());
       const ByteRange part{b, e - b};
-      if (op->hints.within) {
-        ByteRange piece;
-        ChunkKey edge = KeyWithin(state, i, op->hints.within, &piece);
-        add(edge, true, piece);
+      const ExtentMap::Extent* cached = state.extents->Exactly(chunk);
+      if (cached != nullptr && !op->hints.within) {  // the chunk, cached or coming whole
+        add(cached->id, nullptr);
         continue;
       }
-      std::vector<std::pair<ByteRange, ChunkKey>> pieces;
-      if (cache_.Find(key) == nullptr) pieces = PiecesIn(state, chunk);
-      const bool whole = mode == Mode::kWhole || mode == Mode::kWholeEnd;
-      if (pieces.empty() && (whole || cache_.Find(key) != nullptr)) {
-        add(key, true, chunk);
-        continue;
-      }
-      // Missing bytes of the part come as pieces: a whole reader's fill the
-      // chunk's gaps, a slice reader's its window, an unknown reader's start
-      // at the read and run on a little, unless the read spans tensors (the
-      // kernel reading around a page near a tensor's edge: what the reader
-      // needs of the tensors beyond that edge is not known yet).
+      // What of the chunk to have: a view's reads the part inside its run of
+      // tensors; a chunk wanted whole and not begun, in one request. Else missing bytes come as pieces: a whole
+      // reader's fill the chunk's gaps, a slice reader's its window, an
+      // unknown reader's start at the read and run on a little, unless the
+      // read spans tensors (the kernel reading around a page near a tensor's
+      // edge: what the reader needs of the tensors beyond that edge is not
+      // known yet).
       ByteRange want = part;
-      if (whole) {
+      uint64_t max_piece = options_.chunk_size;
+      if (op->hints.within) {
+        want = PartWithin(chunk, op->hints.within);
+        max_piece = want.length;
+      } else if (whole && state.extents->Overlapping(chunk).empty()) {
+        want = chunk;
+        max_piece = chunk.length;
+      } else if (whole) {
         want = chunk;
       } else if (mode == Mode::kSlice) {
         // The windows the part falls in, within the chunk.
         for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
                                        plan.tensors()[static_cast<size_t>(k)].begin < e;
              ++k) {
-          const ByteRange w = WindowOf(state, pattern->pattern, static_cast<size_t>(k));
+          const ByteRange w = model_.WindowOf(plan, pattern->pattern, static_cast<size_t>(k));
           if (w.end() <= b || w.offset >= e) continue;
           const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
           const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
@@ -424,17 +463,21 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         want = ByteRange{std::max(wb, chunk.offset), 0};
         want.length = we - want.offset;
       }
-      // Requesting the gaps may evict ready pieces this read needs: hold them first.
-      std::vector<std::pair<ByteRange, ChunkKey>> tiles = PiecesIn(state, want);
-      std::map<uint64_t, std::shared_ptr<const Chunk>> held;
-      for (const auto& [range, piece_key] : tiles) held[range.offset] = cache_.Find(piece_key)->chunk;
-      RequestGaps(state, want, /*prefetch=*/false, options_.chunk_size, -1, &tiles);
+      // Requesting the gaps may evict ready extents this read needs: hold them first.
+      std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want);
+      std::map<ExtentId, std::shared_ptr<const Chunk>> held;
+      for (const ExtentMap::Extent& x : tiles) {
+        if (const ChunkCache::Entry* entry = cache_.Find(x.id); entry != nullptr && entry->chunk != nullptr) {
+          held[x.id] = entry->chunk;
+        }
+      }
+      RequestGaps(state, want, /*prefetch=*/false, max_piece, -1, &tiles);
       std::sort(tiles.begin(), tiles.end(),
-                [](const auto& x, const auto& y) { return x.first.offset < y.first.offset; });
-      for (const auto& [range, piece_key] : tiles) {
-        if (range.end() <= part.offset || range.offset >= part.end()) continue;
-        auto h = held.find(range.offset);
-        add(piece_key, false, range, h != held.end() ? h->second : nullptr);
+                [](const ExtentMap::Extent& x, const ExtentMap::Extent& y) { return x.range.offset < y.range.offset; });
+      for (const ExtentMap::Extent& x : tiles) {
+        if (x.range.end() <= part.offset || x.range.offset >= part.end()) continue;
+        auto h = held.find(x.id);
+        add(x.id, h != held.end() ? h->second : nullptr);
       }
     }
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
@@ -471,17 +514,19 @@ void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::option
 
 void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) {
   std::shared_ptr<const Chunk> cached;
+  ExtentId id = 0;  // of the entry this call computes
   bool unmounting = false;
   std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
   {
     MutexLock lock(mu_);
     EvictedChunks keep_evicted(cache_, evicted);
     unmounting = stopping_;
-    ChunkCache::Entry* entry = unmounting ? nullptr : cache_.Find(key);
+    const std::optional<ExtentId> found = unmounting ? std::nullopt : cache_.FindDerived(key);
+    ChunkCache::Entry* entry = found ? cache_.Find(*found) : nullptr;
     if (unmounting) {
       // `done` is called below, without mu_ (callbacks never run under it).
     } else if (entry != nullptr && entry->chunk != nullptr) {
-      cache_.Touch(key);
+      cache_.Touch(*found);
       metrics_.cache_hits.fetch_add(1, std::memory_order_relaxed);
       cached = entry->chunk;
     } else {
@@ -491,16 +536,17 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
         return;
       }
       cache_.Reserve(size, /*evict_unconsumed=*/true);
-      cache_.InsertLoading(key, ByteRange{0, size}, /*prefetched=*/false)->waiters.push_back(std::move(done));
+      id = cache_.InsertDerived(key, size);
+      cache_.Find(id)->waiters.push_back(std::move(done));
     }
   }
   if (unmounting) return done(UnavailableError("tensorfs is unmounting"));
   if (cached != nullptr) return done(cached);
-  derive([this, key](StatusOr<std::shared_ptr<Chunk>> chunk) {
+  derive([this, key, id](StatusOr<std::shared_ptr<Chunk>> chunk) {
     std::vector<ChunkWaiter> waiters;
     {
       MutexLock lock(mu_);
-      std::optional<std::vector<ChunkWaiter>> taken = chunk.ok() ? cache_.Publish(key, *chunk) : cache_.Fail(key);
+      std::optional<std::vector<ChunkWaiter>> taken = chunk.ok() ? cache_.Publish(id, *chunk) : cache_.Fail(id);
       if (taken) {
         waiters = std::move(*taken);
       } else {
@@ -559,7 +605,7 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
     // The kernel's own reads of the file record what it was given.
     auto state = op->hints.prefetch && !op->hints.within ? objects_.find(op->object) : objects_.end();
     for (size_t i = 0; i < parts.size(); ++i) {
-      const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->keys[i], op->chunks[i].get(), parts[i]);
+      const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->extents[i], parts[i]);
       if (consumed && state != objects_.end()) AddGiven(state->second, *consumed);
     }
   }

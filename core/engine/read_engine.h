@@ -34,15 +34,18 @@
 // two processes reading one file, one a whole-tensor loader and one a slice
 // reader, each keep their own pattern; the slice patterns learned are shared
 // by all readers (a host's next file is read by a new reader).
-// The mode is decided per read by Classify; a read spanning two tensors (the
+// The mode is decided per read by the access model; a read spanning two tensors (the
 // kernel reading around a page near a tensor's edge) fetches only its pages
 // for a reader not known yet.
-// A chunk a slice reader only needed part of is held as pieces (separate
-// cache entries, never overlapping); any later read or prefetch of that chunk
-// fetches only the gaps between them.
+// What the cache holds of an object version is its extent map
+// (extent_map.h): whole chunks, and pieces of chunks a slice reader or a view
+// needed only part of, never overlapping; a later read or prefetch of such a
+// chunk fetches only the gaps between its pieces (or, when they are few, the
+// whole chunk, which replaces them).
 //
-// Reads are pinned to the object's generation (it is part of every cache key):
-// a replaced object fails with kStale, never returns a mix of versions.
+// Reads are pinned to the object's generation (each version has its own
+// extent map): a replaced object fails with kStale, never returns a mix of
+// versions.
 //
 // Memory: the cache holds at most cache_size bytes of chunks, loading ones
 // included. A read that finds the cache full of chunks still loading may
@@ -57,27 +60,32 @@
 // readers set it, their windows' margins are what the kernel reads around a
 // fault at the slice readahead.
 //
-// State is bounded: objects' state past Tuning::max_objects idle ones, readers'
-// past Tuning::max_readers (and at ReleaseReader), pieces and slice sweeps
-// with the cache entries and patterns they belong to.
+// State is bounded: objects' state (and their cached extents) past
+// Tuning::max_objects idle ones, readers' past Tuning::max_readers (and at
+// ReleaseReader), extents by the cache's budget, slice sweeps with the
+// patterns they belong to.
 //
 // A broken invariant on the read path (cache entries that do not tile a read)
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted
 // in Metrics::engine_inconsistencies; the daemon goes on serving.
 //
-// Where each concern lives (one class, its definitions by concern):
+// Where each concern lives (classes of their own, and ReadEngine's
+// definitions by concern):
 //   read_engine.cc      the facade: Read, Prefetch, ReadDerived, FinishRead,
 //                       per-object and per-reader state and its bounds, the
-//                       readahead sink;
-//   access_model.cc     what a reader is doing (Classify: touches, whole-tensor
-//                       and slice readers, copies), the bytes the kernel holds;
-//                       it requests nothing, but returns what a read calls for
-//                       at once (PlannerCall);
-//   fetch_planner.cc    which ranges to request: chunks, pieces, streams and
-//                       their windows, sweeps, slice windows, the next shard;
+//                       bytes the kernel holds, the readahead sink;
+//   access_model.h      what a reader is doing (AccessModel::Classify:
+//                       touches, whole-tensor and slice readers, copies; the
+//                       slice patterns learned): pure logic, it requests
+//                       nothing, but returns what a read calls for at once
+//                       (PlannerCall);
+//   fetch_planner.cc    which ranges to request: chunks, the gaps between
+//                       extents, streams and their windows, sweeps, slice
+//                       windows, the next shard;
 //   fetch_scheduler.cc  workers, the head fetch, publishing fetches; the queues
 //                       and promotion are fetch_queues.h;
-//   chunk_cache.h       the byte-budgeted cache; buffer_pool.h its buffers;
+//   chunk_cache.h       the byte-budgeted cache of extents (extent_map.h, one
+//                       map per object version); buffer_pool.h its buffers;
 //   slice_pattern.h     the slice learner; readahead_policy.h the mount's
 //                       readahead by kind of reader; tuning.h every constant.
 //
@@ -101,9 +109,11 @@
 #include <thread>
 #include <vector>
 
+#include "core/engine/access_model.h"
 #include "core/engine/buffer_pool.h"
 #include "core/engine/chunk_cache.h"
 #include "core/engine/chunk_plan.h"
+#include "core/engine/extent_map.h"
 #include "core/engine/fetch_queues.h"
 #include "core/engine/read_result.h"
 #include "core/engine/read_trace.h"
@@ -154,8 +164,8 @@ struct EngineOptions {
 // `within`, when set, is the part of the object the caller reads (a view file's
 // run of tensors in it): a chunk the read needs that is neither cached nor
 // being fetched and reaches outside `within` is fetched only as far as it lies
-// inside, as an edge piece cached under its own key, so that reading one layer
-// does not pull in the neighbouring layers' bytes.
+// inside (an extent of its own), so that reading one layer does not pull in
+// the neighbouring layers' bytes.
 // The reader a kernel read is for: one open file (FUSE gives each open its own
 // handle; two processes reading one file, or one process opening it twice, are
 // two readers). Each reader's reads are told apart from the others': what one
@@ -193,15 +203,15 @@ class ReadEngine {
 
   // Starts fetching, at prefetch priority, the chunks of `object` that cover
   // `range` and are not cached yet (as far as the cache has room); with
-  // `within`, edge pieces as ReadHints describes.
+  // `within`, only the parts inside it, as ReadHints describes.
   void Prefetch(const ObjectInfo& object, ByteRange range, std::optional<ByteRange> within = std::nullopt)
       EXCLUDES(mu_);
 
   // A chunk computed from other bytes (a view's quantized tensor, say), kept in
   // the same cache and budget as fetched chunks, with the same single-flight
   // rule: the first caller's `derive` computes it, later callers wait for that.
-  // `key.object` must not name a stored object (views use a name no object
-  // can have). `done` is called exactly once, on any thread.
+  // Derived chunks are found by `key` alone, apart from stored objects'
+  // extents. `done` is called exactly once, on any thread.
   void ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) EXCLUDES(mu_);
 
   // Starts fetching the head (header and start of data) of `object`, so that a
@@ -236,9 +246,9 @@ class ReadEngine {
   // How much bookkeeping the engine holds (for stats and tests): each is
   // bounded, whatever the number of objects, generations and readers seen.
   struct StateSizes {
-    size_t objects = 0;       // objects with per-object state (plan, streams, pieces)
+    size_t objects = 0;       // objects with per-object state (plan, streams, extents)
     size_t readers = 0;       // readers with state of their own
-    size_t pieces = 0;        // parts of chunks tracked, all objects
+    size_t extents = 0;       // extents cached or loading, all objects
     size_t slice_sweeps = 0;  // slice prefetches tracked, all objects
     size_t touches = 0;       // recent tensor reads tracked, all readers
   };
@@ -249,52 +259,14 @@ class ReadEngine {
   bool Idle() EXCLUDES(mu_);
 
  private:
+  friend class ReadEngineTestPeer;  // breaks the engine's state on purpose, to test its reporting
   struct ReadOp;
-  // kNearSlice: just outside a slice reader's window (its kernel reading
-  // around it); kAround: at a copy's likely last page, or past the end of a
-  // copy whose extent is known (see Classify). Only the bytes read are
-  // fetched for either. kWholeEnd: the last page of a tensor read right
-  // after its first, likely a whole-tensor copy: its chunks come whole,
-  // nothing more.
-  enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
-  // What a read told the access model calls for at once, for the planner (in
-  // this order): request the rest of a tensor a whole-tensor copy began
-  // (kWholeTensor), or the bytes between a copy's first and last pages
-  // (kCopyGap); stop the sweeps of a slice pattern the model forgot
-  // (kPatternDropped).
-  struct PlannerCall {
-    enum class Kind { kWholeTensor, kCopyGap, kPatternDropped } kind;
-    size_t tensor = 0;   // kWholeTensor
-    ByteRange range;     // kCopyGap
-    int pattern_id = 0;  // kPatternDropped
-  };
-  // A touched range of one tensor (absolute offsets), kept until the reader
-  // has left it for kSettleReads reads, then taught to the learner.
-  struct Touch {
-    int tensor = 0;
-    ByteRange range;
-    uint64_t last_read = 0;
-    uint64_t first_read = 0;
-    bool crossing = false;  // made by a read across a tensor boundary
-    uint64_t grown_at = 0;  // the read that last made it larger
-    uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
-    uint64_t read_before = 0;  // when it appeared: the largest touch of its tensor before it
-  };
-  // Part of a chunk fetched on its own (see "Readers").
-  struct Piece {
-    uint64_t end = 0;
-    ChunkKey key;
-  };
   // Prefetching one pattern's windows of one object, in storage order from
   // the tensor first read, wrapping round to the ones before it.
   struct SliceSweep {
     size_t start = 0;
     size_t visited = 0;       // tensors whose windows are requested
     uint64_t in_flight = 0;   // bytes requested and not yet arrived
-  };
-  struct ActivePattern {
-    int id = 0;
-    SlicePattern pattern;
   };
   // A run of chunks one reader is moving through (see UpdateStreams).
   struct Stream {
@@ -312,35 +284,18 @@ class ReadEngine {
     // fresh buffers; a link with a long first byte grows it in a few reads.
     uint64_t window = 0;
   };
-  // What one reader is doing in one object: the tensors it touched lately and
-  // the runs of chunks it moves through.
+  using Mode = AccessModel::Mode;
+  // What one reader is doing in one object: what the access model keeps of
+  // it, and the runs of chunks it moves through.
   struct AccessState {
-    std::vector<Touch> touches;
+    AccessModel::Trail trail;
     std::vector<Stream> streams;
-    uint64_t clock = 0;  // this reader's reads of the object
     int far_jumps = 0;
-    // The touches it left last (Tuning::left_remembered; small ones at a
-    // tensor's edge not counted). A reader that comes back to one of their
-    // tensors at another place reads scattered, not a slice: until
-    // `clock` reaches `scattered_until` it teaches the slice learner nothing.
-    std::vector<std::pair<int, ByteRange>> left;
-    uint64_t scattered_until = 0;
-  };
-  // A reader's reads of every object, and whether it was seen reading whole
-  // tensors lately.
-  struct ReaderClock {
-    uint64_t reads = 0;        // kernel reads of safetensors data
-    uint64_t whole_until = 0;  // whole-tensor reads seen: until `reads` reaches this
-    // Its file was opened at the whole-tensor readahead (a whole-tensor reader
-    // was seen on the mount): the kernel reads a whole readahead around its
-    // faults, so its reads of kinds not known yet fetch whole chunks rather
-    // than pieces of them, until its reads fall in a slice pattern's windows.
-    bool presumed_whole = false;
   };
   struct ReaderState {
     ObjectId object;  // the object `access` is of (an open file reads one)
     AccessState access;
-    ReaderClock clock;
+    AccessModel::ReaderClock clock;
     // Learns this reader's slice from its own tensors only (readers of other
     // ranks interleaved with it would crowd each other out of one learner).
     SliceLearner learner;
@@ -365,8 +320,7 @@ class ReadEngine {
     bool continued = false;       // its start was prefetched for the reader of the file before it
     // Prefetch() calls made before the plan was known: range, within.
     std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
-    std::map<uint64_t, Piece> pieces;          // by first byte
-    size_t pieces_check_at = 64;               // forget evicted pieces when there are this many
+    ExtentMap* extents = nullptr;              // what the cache holds of it (cache_.Extents)
     std::map<int, SliceSweep> slice_sweeps;    // by pattern id
     std::vector<int> pending_sweeps;           // pattern ids to sweep once the plan is known
     // Bytes of this file the kernel received in full, as whole cache entries
@@ -376,8 +330,8 @@ class ReadEngine {
     std::map<uint64_t, uint64_t> given;
   };
   struct Job {
-    ObjectId object;  // what to read (key.object names an edge piece's own key)
-    ChunkKey key;
+    ObjectId object;
+    ExtentId extent = 0;  // the loading extent it fills (none for the head)
     ByteRange range;
     bool head = false;  // the head fetch, which also builds the plan
     bool sweep = false;
@@ -395,49 +349,32 @@ class ReadEngine {
   void DropSweeps(int pattern_id) REQUIRES(mu_);
   void StartHead(ObjectState& state, bool prefetch) REQUIRES(mu_);
   // Requests chunk `index` (if not cached or loading, nor given to the kernel
-  // for a prefetch). Prefetches give up when the cache has no room; returns
-  // whether the chunk is cached, coming or given.
+  // for a prefetch): its gaps if pieces of it hold much of it, else the whole
+  // chunk. Prefetches give up when the cache has no room; returns whether the
+  // chunk is cached, coming or given.
   bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
-  // The key under which chunk `index` is read by a reader confined to
-  // `within`: the chunk's own when it is cached or coming, or lies inside;
-  // else the edge piece's (see ReadHints), whose range is stored in *range.
-  ChunkKey KeyWithin(ObjectState& state, size_t index, const std::optional<ByteRange>& within, ByteRange* range)
-      REQUIRES(mu_);
-  // Requests the piece `key` covering `range` unless cached or coming.
-  bool RequestPiece(ObjectState& state, const ChunkKey& key, ByteRange range, bool prefetch, bool sweep = false)
+  // The part of `chunk` a reader confined to `within` reads: the chunk unless
+  // it reaches across an edge of `within` (see ReadHints).
+  static ByteRange PartWithin(ByteRange chunk, const std::optional<ByteRange>& within);
+  // Requests `range` (within one chunk) as one new extent, replacing the
+  // extents it overlaps (see ChunkCache::InsertLoading). `slice`: the pattern
+  // whose sweep requests it. Returns its id; 0 when the cache had no room for
+  // a prefetch.
+  ExtentId RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep = false, int slice = -1)
       REQUIRES(mu_);
   void Enqueue(ObjectState& state, Job job, bool prefetch) REQUIRES(mu_);
-  // Pieces (see "Readers"): the cached or loading pieces overlapping `range`
-  // (evicted ones are forgotten), in order.
-  std::vector<std::pair<ByteRange, ChunkKey>> PiecesIn(ObjectState& state, ByteRange range) REQUIRES(mu_);
-  ChunkKey PieceKey(const ObjectState& state, uint64_t offset) const;
-  // Requests pieces for the parts of `range` (within one chunk) that no piece
-  // covers, each at most `max_piece` bytes. Returns bytes requested, or -1
-  // when the cache had no room for a prefetch.
-  // The new pieces are appended to *created when given.
+  // Requests the parts of `range` (within one chunk) that no extent covers,
+  // each at most `max_piece` bytes. Returns bytes requested, or -1 when the
+  // cache had no room for a prefetch. The new extents are appended to
+  // *created when given.
   int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
-                      std::vector<std::pair<ByteRange, ChunkKey>>* created = nullptr) REQUIRES(mu_);
-  // Records a kernel read for learning (touches, slice observations, whole
-  // tensors) and says which kind of reader made it; *pattern is set for kSlice
-  // and kNearSlice, *copy_end when the read is part of a copy whose end is known.
-  // It requests nothing: what the read calls for at once is appended to *calls
-  // (see PlannerCall), for Plan.
-  Mode Classify(ObjectState& state, AccessState& access, ReaderClock& reader, SliceLearner& learner,
-                ByteRange range, const ActivePattern** pattern, uint64_t* copy_end,
-                std::vector<PlannerCall>* calls) REQUIRES(mu_);
-  // Carries out what Classify said a read calls for.
-  void Plan(ObjectState& state, const std::vector<PlannerCall>& calls) REQUIRES(mu_);
+                      std::vector<ExtentMap::Extent>* created = nullptr) REQUIRES(mu_);
+  // Carries out what the access model said a read calls for.
+  void Plan(ObjectState& state, const std::vector<AccessModel::PlannerCall>& calls) REQUIRES(mu_);
   // Whether the kernel received all of `range` (see ObjectState::given).
   static bool Given(const ObjectState& state, ByteRange range);
   static void AddGiven(ObjectState& state, ByteRange range);
   static void RemoveGiven(ObjectState& state, ByteRange range);
-  // The window of `pattern` in tensor `index` of `state`'s object.
-  ByteRange WindowOf(const ObjectState& state, const SlicePattern& pattern, size_t index) const REQUIRES(mu_);
-  // Whether `range` lies within kNearWindow of `window` (a slice reader's
-  // kernel reading around its slice).
-  bool IsNear(ByteRange window, ByteRange range) const;
-  // Whether `range` of tensor `index` is near a known pattern's window of it.
-  bool NearKnownWindow(const ObjectState& state, size_t index, ByteRange range) const REQUIRES(mu_);
   // Prefetches windows of `pattern` (id) in `state`'s object, starting at
   // tensor `from` if the sweep is new, up to prefetch_window bytes in flight.
   void TopUpSliceSweep(ObjectState& state, int id, size_t from) REQUIRES(mu_);
@@ -451,7 +388,8 @@ class ReadEngine {
   void PrefetchPieces(ObjectState& state, ByteRange range) REQUIRES(mu_);
   // Prefetches the rest of tensor `index` (a whole-tensor reader's).
   void ContinueTensor(ObjectState& state, size_t index) REQUIRES(mu_);
-  // Requests the chunks (or edge pieces) covering `range` at prefetch priority.
+  // Requests the parts of the chunks covering `range` (inside `within` when
+  // given) not cached or coming, at prefetch priority.
   void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) REQUIRES(mu_);
   // Records a read of chunks [first, last] ending at byte `read_end` and starts
   // the prefetches it calls for; `waited`: the read waits for a prefetch.
@@ -501,10 +439,9 @@ class ReadEngine {
   std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
   FetchQueues<Job> queues_ GUARDED_BY(mu_);
   int running_jobs_ GUARDED_BY(mu_) = 0;  // taken from a queue, not finished
+  AccessModel model_ GUARDED_BY(mu_);
   SliceLearner learner_ GUARDED_BY(mu_);  // of the reads that name no reader
-  std::vector<ActivePattern> patterns_ GUARDED_BY(mu_);
-  int next_pattern_id_ GUARDED_BY(mu_) = 0;
-  ReaderClock anonymous_ GUARDED_BY(mu_);  // of the reads that name no reader
+  AccessModel::ReaderClock anonymous_ GUARDED_BY(mu_);  // of the reads that name no reader
   std::map<ReaderId, ReaderState> readers_ GUARDED_BY(mu_);
   std::map<ObjectId, ObjectInfo> read_order_ GUARDED_BY(mu_);  // object -> the one read after it (SetReadOrder)
   uint64_t engine_clock_ GUARDED_BY(mu_) = 0;  // calls that used object or reader state

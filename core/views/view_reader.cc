@@ -8,8 +8,8 @@
 namespace tensorfs {
 namespace {
 
-// Derived chunks live under names no stored object can have (GCS object
-// names cannot contain a newline, nor can local paths seen through a listing).
+// The key of a derived chunk: what it is computed from (the source object's
+// name and generation, where its bytes start) and how.
 ChunkKey DerivedKey(const TensorTransform& t, uint64_t segment) {
   std::string name = "\n";
   name += std::to_string(static_cast<int>(t.op)) + ":" + std::to_string(t.unit) + ":" +

@@ -16,6 +16,20 @@
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
+
+// Breaks the engine's state as a bug would.
+class ReadEngineTestPeer {
+ public:
+  // Extent `extent` of `object` holds the bytes of `bytes` instead.
+  static void PublishWrongBytes(ReadEngine& engine, const ObjectInfo& object, ByteRange extent, ByteRange bytes) {
+    MutexLock lock(engine.mu_);
+    ReadEngine::ObjectState& state = engine.StateOf(object);
+    engine.cache_.Reserve(extent.length, /*evict_unconsumed=*/true);
+    const ExtentId id = engine.cache_.InsertLoading(*state.extents, extent, /*prefetched=*/false);
+    engine.cache_.Publish(id, std::make_shared<Chunk>(bytes));
+  }
+};
+
 namespace {
 
 using testing::MemoryStore;
@@ -232,15 +246,8 @@ TEST_F(ReadEngineDefectsTest, EntriesThatDoNotTileAReadAnswerItWithAnErrorAndCou
   ASSERT_TRUE(ReadSync(engine, 0, 8).ok());
   auto plan = engine.PlanOf(checkpoint_.shard.id());
   const ByteRange chunk = plan->Chunk(4);
-  // A chunk of the wrong range under chunk 4's key.
-  std::promise<void> published;
-  engine.ReadDerived(
-      ChunkKey{checkpoint_.shard.id(), 4}, kPage,
-      [](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
-        publish(std::make_shared<Chunk>(ByteRange{0, kPage}));
-      },
-      [&](const StatusOr<std::shared_ptr<const Chunk>>&) { published.set_value(); });
-  published.get_future().get();
+  // Chunk 4's extent holds the bytes of another range.
+  ReadEngineTestPeer::PublishWrongBytes(engine, checkpoint_.shard, chunk, ByteRange{0, kPage});
   auto bytes = ReadSync(engine, chunk.offset + kPage, kPage, ReadHints{.prefetch = false});
   ASSERT_FALSE(bytes.ok());
   EXPECT_EQ(bytes.status().code(), ErrorCode::kInternal) << bytes.status().ToString();

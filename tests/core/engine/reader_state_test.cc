@@ -297,7 +297,7 @@ TEST_F(ReaderStateTest, TenThousandObjectsAndGenerationsKeepTheStateBounded) {
   const ReadEngine::StateSizes sizes = engine.Sizes();
   EXPECT_LE(sizes.objects, 512u);
   EXPECT_LE(sizes.readers, 4096u);
-  EXPECT_LE(sizes.pieces, 512u * 64);
+  EXPECT_LE(sizes.extents, 512u * 64);
 }
 
 }  // namespace

@@ -1,0 +1,141 @@
+// AccessModel: what a reader is doing, from the kernel's reads alone.
+//
+// It sees each kernel read of a safetensors file's data, with the state of
+// the reader that made it (an open file: its Trail in the object, its
+// ReaderClock, its SliceLearner), and answers which kind of reader this is:
+// one reading whole tensors, a slice (the same fraction of rows of every
+// tensor, learned from the tensors it left; see slice_pattern.h), the kernel
+// reading around a slice or a copy, or not known yet. It keeps the slice
+// patterns learned, shared by all readers (a host's next file is read by a
+// new reader).
+//
+// Pure logic: no I/O, no cache, no lock of its own (ReadEngine calls it under
+// its mutex). What a read calls for at once (the rest of a tensor a
+// whole-tensor copy began, the bytes between a copy's first and last pages,
+// the end of a pattern forgotten) comes back as PlannerCalls, which the fetch
+// planner carries out.
+#ifndef TENSORFS_CORE_ENGINE_ACCESS_MODEL_H_
+#define TENSORFS_CORE_ENGINE_ACCESS_MODEL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/engine/chunk_plan.h"
+#include "core/engine/slice_pattern.h"
+#include "core/engine/tuning.h"
+#include "core/util/types.h"
+
+namespace tensorfs {
+
+class AccessModel {
+ public:
+  // kWhole: a whole-tensor reader (or a read before any tensor). kSlice: in
+  // a slice pattern's window. kNearSlice: just outside one (the kernel reading
+  // around it); kAround: at a copy's likely last page, or past the end of a
+  // copy whose extent is known. Only the bytes read are fetched for either.
+  // kWholeEnd: the last page of a tensor read right after its first, likely a
+  // whole-tensor copy: its chunks come whole, nothing more.
+  enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
+  // What a read calls for at once, for the planner (in this order): request
+  // the rest of a tensor a whole-tensor copy began (kWholeTensor), or the
+  // bytes between a copy's first and last pages (kCopyGap); stop the sweeps
+  // of a slice pattern the model forgot (kPatternDropped).
+  struct PlannerCall {
+    enum class Kind { kWholeTensor, kCopyGap, kPatternDropped } kind;
+    size_t tensor = 0;   // kWholeTensor
+    ByteRange range;     // kCopyGap
+    int pattern_id = 0;  // kPatternDropped
+  };
+  struct ActivePattern {
+    int id = 0;
+    SlicePattern pattern;
+  };
+  // A touched range of one tensor (absolute offsets), kept until the reader
+  // has left it for Tuning::settle_reads reads, then taught to the learner.
+  struct Touch {
+    int tensor = 0;
+    ByteRange range;
+    uint64_t last_read = 0;
+    uint64_t first_read = 0;
+    bool crossing = false;  // made by a read across a tensor boundary
+    uint64_t grown_at = 0;  // the read that last made it larger
+    uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
+    uint64_t read_before = 0;  // when it appeared: the largest touch of its tensor before it
+  };
+  // What one reader did lately in one object.
+  struct Trail {
+    std::vector<Touch> touches;
+    // This reader's reads of the object: one tick per read classified, and
+    // one per read the fetch planner's streams count.
+    uint64_t clock = 0;
+    // The touches it left last (Tuning::left_remembered; small ones at a
+    // tensor's edge not counted). A reader that comes back to one of their
+    // tensors at another place reads scattered, not a slice: until `clock`
+    // reaches `scattered_until` it teaches the slice learner nothing.
+    std::vector<std::pair<int, ByteRange>> left;
+    uint64_t scattered_until = 0;
+  };
+  // A reader's reads of every object, and whether it was seen reading whole
+  // tensors lately.
+  struct ReaderClock {
+    uint64_t reads = 0;        // kernel reads of safetensors data
+    uint64_t whole_until = 0;  // whole-tensor reads seen: until `reads` reaches this
+    // Its file was opened at the whole-tensor readahead (a whole-tensor reader
+    // was seen on the mount): the kernel reads a whole readahead around its
+    // faults, so its reads of kinds not known yet fetch whole chunks rather
+    // than pieces of them, until its reads fall in a slice pattern's windows.
+    bool presumed_whole = false;
+  };
+  // The reader a read is for. `named`: false for the reads that name no
+  // reader (one state for all of them: several slice readers may share it).
+  struct Reader {
+    Trail& trail;
+    ReaderClock& clock;
+    SliceLearner& learner;
+    bool named = true;
+  };
+  struct Answer {
+    Mode mode = Mode::kWhole;
+    const ActivePattern* pattern = nullptr;  // kSlice, kNearSlice; valid until the next Classify
+    uint64_t copy_end = UINT64_MAX;          // where the copy this read is part of ends, if known
+    std::vector<PlannerCall> calls;
+  };
+
+  // `shard`: the slice pattern of -o shard=R/N, kept first and never dropped.
+  AccessModel(const Tuning& tuning, uint64_t slice_readahead, std::optional<SlicePattern> shard);
+
+  // Records a kernel read of `range` of the object planned as `plan` (named
+  // `name`, for the log) by `reader`, and says what the reader is doing.
+  Answer Classify(const ChunkPlan& plan, const std::string& name, const Reader& reader, ByteRange range);
+
+  // The files of the mount are now opened at `readahead` (0: the kernel's
+  // default): at the slice readahead, windows' margins are no wider than
+  // what the kernel reads around a fault there.
+  void SetReadahead(uint64_t readahead);
+  // The window of `pattern` in tensor `index` of `plan`.
+  ByteRange WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index) const;
+  const std::vector<ActivePattern>& patterns() const { return patterns_; }
+  // The pattern with id `id`, or null.
+  const ActivePattern* Pattern(int id) const;
+
+ private:
+  // Whether `range` lies within Tuning::near_window of `window` (a slice
+  // reader's kernel reading around its slice).
+  bool IsNear(ByteRange window, ByteRange range) const;
+  // Whether `range` of tensor `index` is near a known pattern's window of it.
+  bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const;
+
+  const Tuning& tuning_;
+  const uint64_t slice_readahead_;
+  const bool shard_;  // patterns_ begins with -o shard's
+  bool narrow_ = false;  // files are opened at the slice readahead (SetReadahead)
+  std::vector<ActivePattern> patterns_;
+  int next_pattern_id_ = 0;
+};
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_ENGINE_ACCESS_MODEL_H_

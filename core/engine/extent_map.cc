@@ -1,0 +1,25 @@
+#include "core/engine/extent_map.h"
+
+#include <iterator>
+
+namespace tensorfs {
+
+std::vector<ExtentMap::Extent> ExtentMap::Overlapping(ByteRange range) const {
+  std::vector<Extent> found;
+  auto it = by_begin_.upper_bound(range.offset);
+  if (it != by_begin_.begin() && std::prev(it)->second.range.end() > range.offset) --it;
+  for (; it != by_begin_.end() && it->first < range.end(); ++it) found.push_back(it->second);
+  return found;
+}
+
+const ExtentMap::Extent* ExtentMap::Exactly(ByteRange range) const {
+  auto it = by_begin_.find(range.offset);
+  return it != by_begin_.end() && it->second.range.length == range.length ? &it->second : nullptr;
+}
+
+void ExtentMap::Erase(const Extent& extent) {
+  auto it = by_begin_.find(extent.range.offset);
+  if (it != by_begin_.end() && it->second.id == extent.id) by_begin_.erase(it);
+}
+
+}  // namespace tensorfs

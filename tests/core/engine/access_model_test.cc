@@ -1,0 +1,138 @@
+// The access model on its own: kernel reads in, what the reader is doing out,
+// with no store, cache or engine around it.
+#include "core/engine/access_model.h"
+
+#include <gtest/gtest.h>
+
+namespace tensorfs {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kRead = 128 << 10;  // the kernel's default readahead
+
+class AccessModelTest : public ::testing::Test {
+ protected:
+  // 24 tensors of 1 to 3 MiB: rows of 4 KiB (f32, 1024 columns).
+  static ChunkPlan Plan() {
+    SafetensorsHeader h;
+    h.header_length = 4088;
+    for (uint64_t i = 0, at = 0; i < 24; ++i) {
+      const uint64_t rows = 256 + 96 * (i % 5);
+      h.tensors.push_back(TensorInfo{"t" + std::to_string(i), Dtype::F32, {rows, 1024}, at, at + rows * 4096});
+      at += rows * 4096;
+    }
+    return ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  }
+
+  struct ReaderState {
+    AccessModel::Trail trail;
+    AccessModel::ReaderClock clock;
+    SliceLearner learner{Tuning{}};
+  };
+
+  AccessModel::Answer Read(ReaderState& r, ByteRange range) {
+    return model_.Classify(plan_, "model.safetensors", AccessModel::Reader{r.trail, r.clock, r.learner}, range);
+  }
+  // The kernel's reads for a copy of [begin, end) out of an mmap: the page
+  // at its start, the one at its end (each with the readahead around it),
+  // then the rest in readahead-sized reads.
+  std::vector<ByteRange> CopyReads(uint64_t begin, uint64_t end) const {
+    std::vector<ByteRange> out{ByteRange{begin, kPage}, ByteRange{end - kPage, kPage}};
+    for (uint64_t at = begin + kPage; at < end - kPage; at += kRead) {
+      out.push_back(ByteRange{at, std::min(kRead, end - kPage - at)});
+    }
+    return out;
+  }
+  // The kernel's reads for a copy of [begin, end) out of an mmap at its
+  // default readahead: around the first page, around the last, then the
+  // rest in readahead-sized reads.
+  std::vector<ByteRange> FaultReads(uint64_t begin, uint64_t end) const {
+    std::vector<ByteRange> out;
+    for (uint64_t at : {begin, end - 1}) out.push_back(ByteRange{(at - kRead / 2) & ~(kPage - 1), kRead});
+    for (uint64_t at = (begin + kRead / 2) & ~(kPage - 1); at < end - kRead / 2; at += kRead) {
+      out.push_back(ByteRange{at, std::min(kRead, end - kRead / 2 - at)});
+    }
+    return out;
+  }
+  const TensorSpan& T(size_t i) const { return plan_.tensors()[i]; }
+  // Rows rank/world..(rank+1)/world of tensor `i`.
+  ByteRange Rows(size_t i, uint64_t rank, uint64_t world) const {
+    const uint64_t n = T(i).rows();
+    return ByteRange{T(i).begin + rank * n / world * T(i).row_bytes,
+                     ((rank + 1) * n / world - rank * n / world) * T(i).row_bytes};
+  }
+
+  Tuning tuning_;
+  AccessModel model_{tuning_, 0, std::nullopt};
+  const ChunkPlan plan_ = Plan();
+};
+
+TEST_F(AccessModelTest, CopyOfAWholeTensorMakesAWholeReaderAndAsksForTheRestOfIt) {
+  ReaderState r;
+  const std::vector<ByteRange> reads = CopyReads(T(3).begin, T(3).end);
+  EXPECT_EQ(Read(r, reads[0]).mode, AccessModel::Mode::kUnknown);
+  EXPECT_EQ(Read(r, reads[1]).mode, AccessModel::Mode::kWholeEnd) << "the last page right after the first";
+  const AccessModel::Answer third = Read(r, reads[2]);
+  EXPECT_EQ(third.mode, AccessModel::Mode::kWhole);
+  ASSERT_EQ(third.calls.size(), 1u);
+  EXPECT_EQ(third.calls[0].kind, AccessModel::PlannerCall::Kind::kWholeTensor);
+  EXPECT_EQ(third.calls[0].tensor, 3u);
+  EXPECT_EQ(Read(r, ByteRange{T(9).begin + 5 * kPage, kPage}).mode, AccessModel::Mode::kWhole)
+      << "a whole reader's read anywhere";
+  EXPECT_TRUE(model_.patterns().empty());
+}
+
+TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) {
+  ReaderState r;
+  size_t learned_at = 0;
+  for (size_t i = 0; i < 16 && learned_at == 0; ++i) {
+    const ByteRange rows = Rows(i, 1, 4);
+    for (const ByteRange& read : FaultReads(rows.offset, rows.end())) Read(r, read);
+    if (!model_.patterns().empty()) learned_at = i + 1;
+  }
+  ASSERT_NE(learned_at, 0u) << "no pattern after 16 tensors";
+  EXPECT_TRUE(model_.patterns()[0].pattern.SameSlice(SlicePattern::Shard(1, 4)))
+      << model_.patterns()[0].pattern.ToString();
+  const AccessModel::Answer inside = Read(r, ByteRange{Rows(20, 1, 4).offset + kRead, kRead});
+  EXPECT_EQ(inside.mode, AccessModel::Mode::kSlice);
+  ASSERT_NE(inside.pattern, nullptr);
+  EXPECT_EQ(model_.WindowOf(plan_, inside.pattern->pattern, 20).offset,
+            Rows(20, 1, 4).offset - inside.pattern->pattern.before);
+  EXPECT_NE(Read(r, ByteRange{Rows(21, 3, 4).offset + kRead, kRead}).mode, AccessModel::Mode::kSlice)
+      << "another rank's rows";
+  // Another reader, reading whole tensors, is not taken for a slice reader.
+  ReaderState whole;
+  const std::vector<ByteRange> copy = CopyReads(T(22).begin, T(22).end);
+  for (const ByteRange& read : copy) Read(whole, read);
+  EXPECT_GT(whole.clock.whole_until, whole.clock.reads);
+}
+
+// -o shard=R/N: the pattern is there from the start, and is never dropped.
+TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
+  AccessModel model(tuning_, 0, SlicePattern::Shard(2, 4, tuning_));
+  ASSERT_EQ(model.patterns().size(), 1u);
+  ReaderState r;
+  const AccessModel::Answer a = model.Classify(plan_, "m", AccessModel::Reader{r.trail, r.clock, r.learner},
+                                               ByteRange{Rows(0, 2, 4).offset + kPage, kPage});
+  EXPECT_EQ(a.mode, AccessModel::Mode::kSlice);
+  EXPECT_EQ(a.pattern, &model.patterns()[0]);
+}
+
+// At the slice readahead, the windows' margins are no wider than what the
+// kernel reads around a fault there.
+TEST_F(AccessModelTest, SliceReadaheadNarrowsTheWindows) {
+  const Tuning tuning = Tuning::For(8 << 20, 1 << 20, 32 << 10);
+  SlicePattern wide = SlicePattern::Shard(1, 4, tuning);
+  wide.before = wide.after = 512 << 10;
+  AccessModel model(tuning, 32 << 10, wide);
+  const ByteRange before = model.WindowOf(plan_, wide, 5);
+  model.SetReadahead(32 << 10);
+  const ByteRange narrow = model.WindowOf(plan_, wide, 5);
+  EXPECT_LT(narrow.length, before.length);
+  EXPECT_EQ(narrow.offset, Rows(5, 1, 4).offset - tuning.slice_read_around_half);
+  model.SetReadahead(1 << 20);
+  EXPECT_EQ(model.WindowOf(plan_, wide, 5), before);
+}
+
+}  // namespace
+}  // namespace tensorfs
