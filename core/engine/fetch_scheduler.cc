@@ -1,5 +1,5 @@
-// ReadEngine's fetch scheduler: the demand and prefetch queues, the worker
-// threads that run range requests against the store (never under mu_), the
+// What ReadEngine's fetch workers run (see fetch_scheduler.h for the queues
+// and the workers): range requests against the store (never under mu_), the
 // head fetch that builds an object's plan, and the publishing of each
 // finished fetch to the cache and to the reads waiting on it.
 #include "core/engine/read_engine.h"
@@ -16,14 +16,13 @@ namespace tensorfs {
 
 void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
   ++state.jobs;
-  queues_.Push(std::move(job), prefetch);
-  work_cv_.NotifyOne();
+  scheduler_.Push(std::move(job), prefetch);
 }
 
 void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
   if (state.head_requested) {
     if (!prefetch) {  // a reader waits: a queued head prefetch becomes demand
-      queues_.Promote([&](const Job& j) { return j.head && j.object == state.info.id(); });
+      scheduler_.Promote([&](const Job& j) { return j.head && j.object == state.info.id(); });
     }
     return;
   }
@@ -37,20 +36,6 @@ void ReadEngine::PrefetchHead(const ObjectInfo& object) {
   PruneObjects();
   ObjectState& state = StateOf(object);
   if (state.plan == nullptr) StartHead(state, /*prefetch=*/true);
-}
-
-void ReadEngine::WorkerLoop() {
-  for (;;) {
-    std::optional<Job> job;
-    {
-      MutexLock lock(mu_);
-      work_cv_.Wait(mu_, [&]() REQUIRES(mu_) { return stopping_ || !queues_.empty(); });
-      if (stopping_) return;
-      job = queues_.Pop();
-      ++running_jobs_;
-    }
-    RunJob(*job);
-  }
 }
 
 StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
@@ -127,7 +112,6 @@ void ReadEngine::RunJob(const Job& job) {
     EvictedChunks keep_evicted(cache_, evicted);
     ObjectState& state = objects_.at(job.object);
     --state.jobs;
-    --running_jobs_;
     if (job.head) {
       plan_waiters = std::move(state.plan_waiters);
       state.plan_waiters.clear();

@@ -89,7 +89,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       spdlog::warn("{}; reads are not traced", trace.status().message());
     }
   }
-  for (int i = 0; i < options_.max_fetches; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  scheduler_.Start(options_.max_fetches, [this](const Job& job) { RunJob(job); });
 }
 
 ReadEngine::~ReadEngine() {
@@ -98,7 +98,7 @@ ReadEngine::~ReadEngine() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    for (const Job& job : queues_.TakeAll()) {
+    for (const Job& job : scheduler_.Stop()) {
       if (job.head) {
         auto& w = objects_.at(job.object).plan_waiters;
         std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
@@ -108,11 +108,10 @@ ReadEngine::~ReadEngine() {
       }
     }
   }
-  work_cv_.NotifyAll();
   Status unmounting = UnavailableError("tensorfs is unmounting");
   for (auto& w : waiters) w(unmounting);
   for (auto& w : plan_waiters) w(unmounting);
-  for (std::thread& t : workers_) t.join();
+  scheduler_.Join();
 }
 
 ReadEngine::ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
@@ -274,10 +273,7 @@ ReadEngine::StateSizes ReadEngine::Sizes() {
   return sizes;
 }
 
-bool ReadEngine::Idle() {
-  MutexLock lock(mu_);
-  return queues_.empty() && running_jobs_ == 0;
-}
+bool ReadEngine::Idle() { return scheduler_.Idle(); }
 
 std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
   MutexLock lock(mu_);
@@ -400,7 +396,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       if (entry->prefetched) {
         waited_on_prefetch = true;
         // A reader waits for a queued prefetch: give it demand priority.
-        if (entry->waiters.empty()) queues_.Promote([&](const Job& j) { return !j.head && j.extent == id; });
+        if (entry->waiters.empty()) scheduler_.Promote([&](const Job& j) { return !j.head && j.extent == id; });
       }
       op->pending.fetch_add(1);
       entry->waiters.push_back([this, op, slot](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {

@@ -82,8 +82,9 @@
 //   fetch_planner.cc    which ranges to request: chunks, the gaps between
 //                       extents, streams and their windows, sweeps, slice
 //                       windows, the next shard;
-//   fetch_scheduler.cc  workers, the head fetch, publishing fetches; the queues
-//                       and promotion are fetch_queues.h;
+//   fetch_scheduler.h   the queues, promotion and workers (FetchScheduler);
+//   fetch_scheduler.cc  what a worker runs: a fetch, the head fetch that
+//                       builds an object's plan, publishing them;
 //   chunk_cache.h       the byte-budgeted cache of extents (extent_map.h, one
 //                       map per object version); buffer_pool.h its buffers;
 //   slice_pattern.h     the slice learner; readahead_policy.h the mount's
@@ -93,8 +94,9 @@
 // cache and the per-object and per-reader state; it is never held across store
 // I/O, while calling a ReadDone or ChunkWaiter, or while unmapping an evicted
 // chunk's buffer (EvictedChunks). Lock order: mu_, then BufferPool's lock
-// (taken when a fetch maps a buffer); ReadTrace's lock is taken alone;
-// readahead_mu_ (the readahead sink's calls) before mu_.
+// (taken when a fetch maps a buffer) or the scheduler's (a job pushed or
+// promoted); ReadTrace's lock is taken alone; readahead_mu_ (the readahead
+// sink's calls) before mu_.
 #ifndef TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 #define TENSORFS_CORE_ENGINE_READ_ENGINE_H_
 
@@ -114,7 +116,7 @@
 #include "core/engine/chunk_cache.h"
 #include "core/engine/chunk_plan.h"
 #include "core/engine/extent_map.h"
-#include "core/engine/fetch_queues.h"
+#include "core/engine/fetch_scheduler.h"
 #include "core/engine/read_result.h"
 #include "core/engine/read_trace.h"
 #include "core/engine/readahead_policy.h"
@@ -412,7 +414,6 @@ class ReadEngine {
   // prefetch_window among the streams being read, at least kMinStreamWindow.
   uint64_t StreamWindow() const REQUIRES(mu_);
 
-  void WorkerLoop() EXCLUDES(mu_);
   void RunJob(const Job& job) EXCLUDES(mu_);
   // Fetches the head of an object and builds its plan.
   StatusOr<std::shared_ptr<Chunk>> FetchHead(const ObjectInfo& object, std::shared_ptr<const ChunkPlan>* plan);
@@ -433,12 +434,9 @@ class ReadEngine {
   const std::shared_ptr<BufferPool> pool_;  // chunk buffers; outlives the chunks it lends to
 
   Mutex mu_;
-  CondVar work_cv_;
   bool stopping_ GUARDED_BY(mu_) = false;
   ChunkCache cache_ GUARDED_BY(mu_);
   std::map<ObjectId, ObjectState> objects_ GUARDED_BY(mu_);
-  FetchQueues<Job> queues_ GUARDED_BY(mu_);
-  int running_jobs_ GUARDED_BY(mu_) = 0;  // taken from a queue, not finished
   AccessModel model_ GUARDED_BY(mu_);
   SliceLearner learner_ GUARDED_BY(mu_);  // of the reads that name no reader
   AccessModel::ReaderClock anonymous_ GUARDED_BY(mu_);  // of the reads that name no reader
@@ -456,9 +454,11 @@ class ReadEngine {
   Mutex readahead_mu_ ACQUIRED_BEFORE(mu_);
   std::function<void(uint64_t)> readahead_sink_ GUARDED_BY(readahead_mu_);
   uint64_t readahead_applied_ GUARDED_BY(readahead_mu_) = UINT64_MAX;
-  std::vector<std::thread> workers_;
   std::unique_ptr<ReadTrace> trace_;  // see EngineOptions::trace_reads
   LogRateLimiter inconsistency_log_{std::chrono::seconds(10), "engine inconsistencies"};
+  // Its lock is taken after mu_ (jobs are pushed and promoted under mu_); a
+  // job runs (RunJob) with neither held until it publishes.
+  FetchScheduler<Job> scheduler_;
 };
 
 }  // namespace tensorfs
