@@ -63,6 +63,71 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
   return requested;
 }
 
+ReadEngine::Want ReadEngine::WantOf(const ObjectState& state, ByteRange chunk, ByteRange part,
+                                    const ReadKind& kind) const {
+  // A view's reads the part inside its run of tensors; a chunk wanted whole
+  // and not begun comes in one request. Else missing bytes come as pieces: a
+  // whole reader's fill the chunk's gaps, a slice reader's its window, an
+  // unknown reader's start at the read and run on a little, unless the read
+  // spans tensors (the kernel reading around a page near a tensor's edge:
+  // what the reader needs of the tensors beyond that edge is not known yet).
+  const ChunkPlan& plan = *state.plan;
+  const uint64_t b = part.offset;
+  const uint64_t e = part.end();
+  const bool whole = kind.mode == Mode::kWhole || kind.mode == Mode::kWholeEnd;
+  if (kind.within) {
+    const ByteRange inside = PartWithin(chunk, kind.within);
+    return Want{inside, inside.length};
+  }
+  if (whole && state.extents->Overlapping(chunk).empty()) return Want{chunk, chunk.length};
+  if (whole) return Want{chunk, options_.chunk_size};
+  ByteRange want = part;
+  if (kind.mode == Mode::kSlice) {
+    // The windows the part falls in, within the chunk.
+    for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
+                                   plan.tensors()[static_cast<size_t>(k)].begin < e;
+         ++k) {
+      const ByteRange w = model_.WindowOf(plan, kind.pattern->pattern, static_cast<size_t>(k));
+      if (w.end() <= b || w.offset >= e) continue;
+      const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
+      const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
+      want = ByteRange{wb, we - wb};
+    }
+  } else if (kind.mode == Mode::kNearSlice || kind.mode == Mode::kAround || kind.spans_tensors) {
+    want = ByteRange{std::max(b & ~(tuning_.page - 1), chunk.offset), 0};
+    want.length = std::min(chunk.end(), (e + tuning_.page - 1) & ~(tuning_.page - 1)) - want.offset;
+  } else {
+    const uint64_t wb = b & ~(tuning_.page - 1);
+    const uint64_t run_on = std::min(kind.copy_end, std::max(wb, chunk.offset) + tuning_.first_piece);
+    const uint64_t we = std::min(chunk.end(), std::max(e, run_on));
+    want = ByteRange{std::max(wb, chunk.offset), 0};
+    want.length = we - want.offset;
+  }
+  return Want{want, options_.chunk_size};
+}
+
+std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> ReadEngine::Cover(ObjectState& state,
+                                                                                 const Want& want, ByteRange part) {
+  // Requesting the gaps may evict ready extents this read needs: hold them first.
+  std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want.range);
+  std::map<ExtentId, std::shared_ptr<const Chunk>> held;
+  for (const ExtentMap::Extent& x : tiles) {
+    if (const ChunkCache::Entry* entry = cache_.Find(x.id); entry != nullptr && entry->chunk != nullptr) {
+      held[x.id] = entry->chunk;
+    }
+  }
+  RequestGaps(state, want.range, /*prefetch=*/false, want.max_piece, -1, &tiles);
+  std::sort(tiles.begin(), tiles.end(),
+            [](const ExtentMap::Extent& x, const ExtentMap::Extent& y) { return x.range.offset < y.range.offset; });
+  std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> cover;
+  for (const ExtentMap::Extent& x : tiles) {
+    if (x.range.end() <= part.offset || x.range.offset >= part.end()) continue;
+    auto h = held.find(x.id);
+    cover.emplace_back(x.id, h != held.end() ? std::move(h->second) : nullptr);
+  }
+  return cover;
+}
+
 ByteRange ReadEngine::PartWithin(ByteRange chunk, const std::optional<ByteRange>& within) {
   // A chunk outside `within` altogether (a caller reading past the range it
   // named) is read whole: there is no edge of `within` in it.

@@ -409,7 +409,6 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       });
     };
     op->pending.store(1);  // held until every extent is added
-    const bool whole = mode == Mode::kWhole || mode == Mode::kWholeEnd;
     for (size_t i = first; i <= last; ++i) {
       const ByteRange chunk = plan.Chunk(i);
       const uint64_t b = std::max(op->range.offset, chunk.offset);
@@ -420,61 +419,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         add(cached->id, nullptr);
         continue;
       }
-      // What of the chunk to have: a view's reads the part inside its run of
-      // tensors; a chunk wanted whole and not begun, in one request. Else missing bytes come as pieces: a whole
-      // reader's fill the chunk's gaps, a slice reader's its window, an
-      // unknown reader's start at the read and run on a little, unless the
-      // read spans tensors (the kernel reading around a page near a tensor's
-      // edge: what the reader needs of the tensors beyond that edge is not
-      // known yet).
-      ByteRange want = part;
-      uint64_t max_piece = options_.chunk_size;
-      if (op->hints.within) {
-        want = PartWithin(chunk, op->hints.within);
-        max_piece = want.length;
-      } else if (whole && state.extents->Overlapping(chunk).empty()) {
-        want = chunk;
-        max_piece = chunk.length;
-      } else if (whole) {
-        want = chunk;
-      } else if (mode == Mode::kSlice) {
-        // The windows the part falls in, within the chunk.
-        for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
-                                       plan.tensors()[static_cast<size_t>(k)].begin < e;
-             ++k) {
-          const ByteRange w = model_.WindowOf(plan, pattern->pattern, static_cast<size_t>(k));
-          if (w.end() <= b || w.offset >= e) continue;
-          const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
-          const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
-          want = ByteRange{wb, we - wb};
-        }
-      } else if (mode == Mode::kNearSlice || mode == Mode::kAround || spans_tensors) {
-        want = ByteRange{b & ~(tuning_.page - 1), 0};
-        want.offset = std::max(want.offset, chunk.offset);
-        want.length = std::min(chunk.end(), (e + tuning_.page - 1) & ~(tuning_.page - 1)) - want.offset;
-      } else {
-        const uint64_t wb = b & ~(tuning_.page - 1);
-        const uint64_t run_on = std::min(copy_end, std::max(wb, chunk.offset) + tuning_.first_piece);
-        const uint64_t we = std::min(chunk.end(), std::max(e, run_on));
-        want = ByteRange{std::max(wb, chunk.offset), 0};
-        want.length = we - want.offset;
-      }
-      // Requesting the gaps may evict ready extents this read needs: hold them first.
-      std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want);
-      std::map<ExtentId, std::shared_ptr<const Chunk>> held;
-      for (const ExtentMap::Extent& x : tiles) {
-        if (const ChunkCache::Entry* entry = cache_.Find(x.id); entry != nullptr && entry->chunk != nullptr) {
-          held[x.id] = entry->chunk;
-        }
-      }
-      RequestGaps(state, want, /*prefetch=*/false, max_piece, -1, &tiles);
-      std::sort(tiles.begin(), tiles.end(),
-                [](const ExtentMap::Extent& x, const ExtentMap::Extent& y) { return x.range.offset < y.range.offset; });
-      for (const ExtentMap::Extent& x : tiles) {
-        if (x.range.end() <= part.offset || x.range.offset >= part.end()) continue;
-        auto h = held.find(x.id);
-        add(x.id, h != held.end() ? h->second : nullptr);
-      }
+      const Want want = WantOf(state, chunk, part, ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within});
+      for (auto& [id, held] : Cover(state, want, part)) add(id, std::move(held));
     }
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
       TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));

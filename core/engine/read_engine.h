@@ -355,6 +355,28 @@ class ReadEngine {
   // chunk. Prefetches give up when the cache has no room; returns whether the
   // chunk is cached, coming or given.
   bool Request(ObjectState& state, size_t index, bool prefetch, bool sweep = false) REQUIRES(mu_);
+  // How a read is to be served, from what the access model said of it.
+  struct ReadKind {
+    Mode mode = Mode::kWhole;
+    const AccessModel::ActivePattern* pattern = nullptr;  // kSlice, kNearSlice
+    uint64_t copy_end = UINT64_MAX;  // where the copy the read is part of ends, if known
+    bool spans_tensors = false;
+    std::optional<ByteRange> within;  // see ReadHints
+  };
+  // The range of a chunk a read needs cached or coming, and the largest
+  // request for its gaps.
+  struct Want {
+    ByteRange range;
+    uint64_t max_piece = 0;
+  };
+  // What of `chunk` (not cached whole) a read of `part` of it, of `kind`,
+  // wants (see "Readers").
+  Want WantOf(const ObjectState& state, ByteRange chunk, ByteRange part, const ReadKind& kind) const REQUIRES(mu_);
+  // Requests the gaps of `want` and returns the extents that cover `part`, in
+  // order, each with its bytes when they are in (held, so that requesting
+  // the gaps cannot evict them from under the read).
+  std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> Cover(ObjectState& state, const Want& want,
+                                                                       ByteRange part) REQUIRES(mu_);
   // The part of `chunk` a reader confined to `within` reads: the chunk unless
   // it reaches across an edge of `within` (see ReadHints).
   static ByteRange PartWithin(ByteRange chunk, const std::optional<ByteRange>& within);
