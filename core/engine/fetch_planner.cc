@@ -41,23 +41,28 @@ ExtentId ReadEngine::RequestExtent(ObjectState& state, ByteRange range, bool pre
 }
 
 int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
-                                std::vector<ExtentMap::Extent>* created) {
+                                std::vector<ExtentMap::Extent>* tiles) {
+  std::vector<ExtentMap::Extent> found;
+  if (tiles == nullptr) found = state.extents->Overlapping(range);
+  std::vector<ExtentMap::Extent>& known = tiles == nullptr ? found : *tiles;
+  const size_t n = known.size();  // the extents there before; new ones are appended
   int64_t requested = 0;
   auto request = [&](uint64_t begin, uint64_t end) REQUIRES(mu_) {
     for (uint64_t at = begin; at < end;) {
       const ByteRange piece{at, std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page))};
       const ExtentId id = RequestExtent(state, piece, prefetch, /*sweep=*/false, slice);
       if (id == 0) return false;
-      if (created != nullptr) created->push_back(ExtentMap::Extent{piece, id});
+      known.push_back(ExtentMap::Extent{piece, id});
       requested += static_cast<int64_t>(piece.length);
       at = piece.end();
     }
     return true;
   };
   uint64_t cursor = range.offset;
-  for (const ExtentMap::Extent& piece : state.extents->Overlapping(range)) {
-    if (piece.range.offset > cursor && !request(cursor, piece.range.offset)) return -1;
-    cursor = std::max(cursor, piece.range.end());
+  for (size_t i = 0; i < n; ++i) {
+    const ByteRange piece = known[i].range;  // by value: request() appends to `known`
+    if (piece.offset > cursor && !request(cursor, piece.offset)) return -1;
+    cursor = std::max(cursor, piece.end());
   }
   if (cursor < range.end() && !request(cursor, range.end())) return -1;
   return requested;
@@ -109,7 +114,7 @@ ReadEngine::Want ReadEngine::WantOf(const ObjectState& state, ByteRange chunk, B
 std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> ReadEngine::Cover(ObjectState& state,
                                                                                  const Want& want, ByteRange part) {
   // Requesting the gaps may evict ready extents this read needs: hold them first.
-  std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want.range);
+  std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want.range);  // RequestGaps appends to it
   std::map<ExtentId, std::shared_ptr<const Chunk>> held;
   for (const ExtentMap::Extent& x : tiles) {
     if (const ChunkCache::Entry* entry = cache_.Find(x.id); entry != nullptr && entry->chunk != nullptr) {

@@ -389,10 +389,11 @@ class ReadEngine {
   void Enqueue(ObjectState& state, Job job, bool prefetch) REQUIRES(mu_);
   // Requests the parts of `range` (within one chunk) that no extent covers,
   // each at most `max_piece` bytes. Returns bytes requested, or -1 when the
-  // cache had no room for a prefetch. The new extents are appended to
-  // *created when given.
+  // cache had no room for a prefetch. `tiles`, when given, holds the extents
+  // overlapping `range` (the caller looked them up); the new ones are
+  // appended to it.
   int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
-                      std::vector<ExtentMap::Extent>* created = nullptr) REQUIRES(mu_);
+                      std::vector<ExtentMap::Extent>* tiles = nullptr) REQUIRES(mu_);
   // Carries out what the access model said a read calls for.
   void Plan(ObjectState& state, const std::vector<AccessModel::PlannerCall>& calls) REQUIRES(mu_);
   // Whether the kernel received all of `range` (see ObjectState::given).

@@ -11,9 +11,9 @@ namespace {
 // The key of a derived chunk: what it is computed from (the source object's
 // name and generation, where its bytes start) and how.
 ChunkKey DerivedKey(const TensorTransform& t, uint64_t segment) {
-  std::string name = "\n";
-  name += std::to_string(static_cast<int>(t.op)) + ":" + std::to_string(t.unit) + ":" +
-          std::to_string(t.transpose_rows) + "\n" + t.source.name + "\n" + std::to_string(t.source_range.offset);
+  std::string name = std::to_string(static_cast<int>(t.op)) + ":" + std::to_string(t.unit) + ":" +
+                     std::to_string(t.transpose_rows) + "\n" + t.source.name + "\n" +
+                     std::to_string(t.source_range.offset);
   return ChunkKey{ObjectId{std::move(name), t.source.generation}, segment};
 }
 
