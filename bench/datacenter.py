@@ -294,6 +294,33 @@ def drop_caches():
             f.write("3\n")
     except OSError as err:
         log(f"cannot drop the page cache ({err}); runs are not cold")
+    if SETTLE_MEMORY:
+        settle_reported_memory()
+
+
+REPORTED = "/sys/module/page_reporting/parameters/reported_kib"
+SETTLE_MEMORY = False
+
+
+def settle_reported_memory(limit_s=15.0):
+    """On a VM that hands free memory back to its host (free page reporting), waits until the
+    memory just freed has been handed back (its count unchanged for 3 s), so that every pass starts
+    in the same state: a page the host took back costs a fault on the host when next touched
+    (bench/README.md, "A smaller prefetch window over a local directory"). Elsewhere returns at
+    once."""
+    try:
+        with open(REPORTED) as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + limit_s
+    quiet = 0
+    while time.monotonic() < deadline and quiet < 6:
+        time.sleep(0.5)
+        with open(REPORTED) as f:
+            now = int(f.read())
+        quiet = quiet + 1 if now == last else 0
+        last = now
 
 
 def warm(paths):
@@ -601,7 +628,12 @@ def main():
     p.add_argument("--certs", help="a folder with ca.pem, server.pem and server.key made elsewhere "
                                    "(`datacenter.sh package` makes one), for a machine without the openssl CLI")
     p.add_argument("--out", default="bench/out/datacenter.json")
+    p.add_argument("--settle-memory", action="store_true",
+                   help="after dropping the page cache, wait until the memory freed has been handed back to "
+                        "the host (VMs with free page reporting), so that every pass starts alike")
     args = p.parse_args()
+    global SETTLE_MEMORY
+    SETTLE_MEMORY = args.settle_memory
     args.load_file_device = load_file_device(args.python, args.device)
     loaders = [l for l in args.loaders.split(",") if l]
     unknown = [l for l in loaders if l not in ("load_file", "numpy", "pages", "cat", "readers")]

@@ -419,6 +419,12 @@ Status ValidateMountOptions(MountOptions& options) {
   if (!options.source.starts_with("gs://") && !options.given.contains("max_fetches")) {
     options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
   }
+  // Nor does a reader of one need a window past what those copies fill twice
+  // over: its reads wait on CPUs, not on a link's latency, and each chunk held
+  // ahead is a buffer mapped, and zeroed by the kernel, afresh.
+  if (!options.source.starts_with("gs://") && !options.given.contains("prefetch_window")) {
+    options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);
+  }
   // In a container, the default cache follows its memory limit (memory_limit.h).
   ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));
   if (!from_limit.empty()) spdlog::info("{}", from_limit);
@@ -437,6 +443,10 @@ Status ValidateMountOptions(MountOptions& options) {
 }
 
 int DefaultLocalFetches(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(2 * cpus, 4, 32)); }
+
+uint64_t DefaultLocalPrefetchWindow(const EngineOptions& engine) {
+  return std::min(engine.prefetch_window, 2 * static_cast<uint64_t>(engine.max_fetches) * engine.chunk_size);
+}
 
 int DefaultMaxBackground(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(4 * cpus, 32, 64)); }
 

@@ -104,6 +104,9 @@ Status ValidateMountOptions(MountOptions& options);
 int DefaultMaxBackground(unsigned cpus);
 // The default max_fetches over a local directory (see README, "Options").
 int DefaultLocalFetches(unsigned cpus);
+// The default prefetch_window over a local directory: 2 x max_fetches x
+// chunk_size, at most the engine's default (see README, "Options").
+uint64_t DefaultLocalPrefetchWindow(const EngineOptions& engine);
 // The CPUs this process may run on (its affinity mask, as a container's
 // cpuset limits it), at least 1.
 unsigned UsableCpus();

@@ -109,6 +109,32 @@ TEST(MountOptionsTest, LocalDirectoryFetchesFollowTheCpusUnlessGiven) {
   EXPECT_EQ(given.engine.max_fetches, 48);
 }
 
+TEST(MountOptionsTest, LocalDirectoryWindowFollowsItsFetchesUnlessGiven) {
+  EngineOptions engine;
+  engine.max_fetches = 4;
+  EXPECT_EQ(DefaultLocalPrefetchWindow(engine), 8 * engine.chunk_size);
+  engine.max_fetches = 32;
+  EXPECT_EQ(DefaultLocalPrefetchWindow(engine), EngineOptions{}.prefetch_window);
+  MountOptions dir;
+  dir.source = "/tmp";
+  dir.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(dir).ok());
+  EXPECT_EQ(dir.engine.prefetch_window,
+            std::min<uint64_t>(EngineOptions{}.prefetch_window, 2ull * dir.engine.max_fetches * dir.engine.chunk_size));
+  MountOptions gcs;
+  gcs.source = "gs://bucket";
+  gcs.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(gcs).ok());
+  EXPECT_EQ(gcs.engine.prefetch_window, EngineOptions{}.prefetch_window);
+  MountOptions given;
+  given.source = "/tmp";
+  given.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOption(given, "prefetch_window", "512M").ok());
+  ASSERT_TRUE(ApplyMountOption(given, "cache_size", "4G").ok());
+  ASSERT_TRUE(ValidateMountOptions(given).ok());
+  EXPECT_EQ(given.engine.prefetch_window, 512ull << 20);
+}
+
 TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
   EXPECT_EQ(DefaultMaxBackground(1), 32);
   EXPECT_EQ(DefaultMaxBackground(2), 32);
