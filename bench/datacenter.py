@@ -756,10 +756,13 @@ def main():
 
         # tensorfs, cold: a fresh mount per reader, the page cache dropped. What the mount has in
         # force is read when it is up and again when the reader is done: tensorfs sets the
-        # readahead of the files opened after it has seen what kind of reader it serves.
+        # readahead of the files opened after it has seen what kind of reader it serves. The
+        # mounts of one reader run one after the other, so that two builds compared meet the
+        # machine in a like state (bench/README.md, "A smaller prefetch window over a local
+        # directory").
         ensure_fusectl()
-        for target in sources:
-            for loader in loaders:
+        for loader in loaders:
+            for target in sources:
                 drop_caches()
                 warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
                 m = tensorfs_mount(target)
