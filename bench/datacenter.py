@@ -287,19 +287,15 @@ def is_mounted(path: str) -> bool:
         return any(line.split()[4] == real for line in f)
 
 
-def drop_caches():
+def drop_caches(settle_memory=False):
     subprocess.run(["sync"])
     try:
         with open("/proc/sys/vm/drop_caches", "w") as f:
             f.write("3\n")
     except OSError as err:
         log(f"cannot drop the page cache ({err}); runs are not cold")
-    if SETTLE_MEMORY:
+    if settle_memory:
         settle_reported_memory()
-
-
-REPORTED = "/sys/module/page_reporting/parameters/reported_kib"
-SETTLE_MEMORY = False
 
 
 def settle_reported_memory(limit_s=15.0):
@@ -308,17 +304,13 @@ def settle_reported_memory(limit_s=15.0):
     in the same state: a page the host took back costs a fault on the host when next touched
     (bench/README.md, "A smaller prefetch window over a local directory"). Elsewhere returns at
     once."""
-    try:
-        with open(REPORTED) as f:
-            last = int(f.read())
-    except (OSError, ValueError):
-        return
+    reported = "/sys/module/page_reporting/parameters/reported_kib"
+    last = read_int(reported)
     deadline = time.monotonic() + limit_s
     quiet = 0
-    while time.monotonic() < deadline and quiet < 6:
+    while last is not None and time.monotonic() < deadline and quiet < 6:
         time.sleep(0.5)
-        with open(REPORTED) as f:
-            now = int(f.read())
+        now = read_int(reported)
         quiet = quiet + 1 if now == last else 0
         last = now
 
@@ -632,8 +624,6 @@ def main():
                    help="after dropping the page cache, wait until the memory freed has been handed back to "
                         "the host (VMs with free page reporting), so that every pass starts alike")
     args = p.parse_args()
-    global SETTLE_MEMORY
-    SETTLE_MEMORY = args.settle_memory
     args.load_file_device = load_file_device(args.python, args.device)
     loaders = [l for l in args.loaders.split(",") if l]
     unknown = [l for l in loaders if l not in ("load_file", "numpy", "pages", "cat", "readers")]
@@ -763,7 +753,7 @@ def main():
         ensure_fusectl()
         for loader in loaders:
             for target in sources:
-                drop_caches()
+                drop_caches(args.settle_memory)
                 warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
                 m = tensorfs_mount(target)
                 mnt = m.path
@@ -810,7 +800,7 @@ def main():
                 results["mounts"].setdefault("memfs", {})[loader] = mount_settings(mnt)
                 # Its files are in its memory now: the page cache is dropped, as for tensorfs, so
                 # that both fill the same recycled pages.
-                drop_caches()
+                drop_caches(args.settle_memory)
                 measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], m.proc.pid)
                 record("memfs", loader, measurement)
             finally:

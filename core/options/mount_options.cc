@@ -416,14 +416,14 @@ Status ValidateMountOptions(MountOptions& options) {
   // A local directory's files are read by copying from the page cache (or a
   // disk or a network file system under it): more copies at once than CPUs
   // only share the CPUs, and each holds a chunk's buffer.
-  if (!options.source.starts_with("gs://") && !options.given.contains("max_fetches")) {
-    options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
-  }
   // Nor does a reader of one need a window past what those copies fill twice
   // over: its reads wait on CPUs, not on a link's latency, and each chunk held
   // ahead is a buffer mapped, and zeroed by the kernel, afresh.
-  if (!options.source.starts_with("gs://") && !options.given.contains("prefetch_window")) {
-    options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);
+  if (!options.source.starts_with("gs://")) {
+    if (!options.given.contains("max_fetches")) options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
+    if (!options.given.contains("prefetch_window")) {
+      options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);
+    }
   }
   // In a container, the default cache follows its memory limit (memory_limit.h).
   ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));
