@@ -1,10 +1,8 @@
-// ReadEngine's fetch planner: which ranges to request for what the access model
-// says, as chunks or as the gaps between the extents cached or coming (pieces
-// a slice reader needs, a view's run of tensors); the streams of sequential
-// readers and their windows, the whole-object sweep, slice readers' window
-// sweeps, the start of the next shard. Reads the extent maps and the
-// per-object state under mu_; hands requests to the fetch scheduler (Enqueue).
-#include "core/engine/read_engine.h"
+// FetchPlanner (see fetch_planner.h): requests for chunks and for the gaps
+// between extents, the streams of sequential readers and their windows, the
+// whole-object sweep, slice readers' window sweeps, the start of the next
+// shard.
+#include "core/engine/fetch_planner.h"
 
 #include <spdlog/spdlog.h>
 
@@ -12,9 +10,9 @@
 
 namespace tensorfs {
 
-bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
+bool FetchPlanner::Request(ObjectState& state, size_t index, bool prefetch, bool sweep) {
   const ByteRange range = state.plan->Chunk(index);
-  if (prefetch && Given(state, range)) return true;
+  if (prefetch && state.given.Holds(range)) return true;
   if (state.extents->Holds(range)) return true;
   uint64_t in_pieces = 0;
   for (const ExtentMap::Extent& piece : state.extents->Overlapping(range)) in_pieces += piece.range.length;
@@ -29,25 +27,26 @@ bool ReadEngine::Request(ObjectState& state, size_t index, bool prefetch, bool s
   return RequestExtent(state, range, prefetch, sweep) != 0;
 }
 
-ExtentId ReadEngine::RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep, int slice) {
+ExtentId FetchPlanner::RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep, int slice) {
   if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return 0;
   const ExtentId id = cache_.InsertLoading(*state.extents, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
   if (sweep) ++state.sweep_in_flight;
   if (slice >= 0) state.slice_sweeps[slice].in_flight += range.length;
-  Enqueue(state, Job{.object = state.info.id(), .extent = id, .range = range, .sweep = sweep, .slice = slice},
-          prefetch);
+  host_.Enqueue(state,
+                FetchJob{.object = state.info.id(), .extent = id, .range = range, .sweep = sweep, .slice = slice},
+                prefetch);
   return id;
 }
 
-int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
+int64_t FetchPlanner::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
                                 std::vector<ExtentMap::Extent>* tiles) {
   std::vector<ExtentMap::Extent> found;
   if (tiles == nullptr) found = state.extents->Overlapping(range);
   std::vector<ExtentMap::Extent>& known = tiles == nullptr ? found : *tiles;
   const size_t n = known.size();  // the extents there before; new ones are appended
   int64_t requested = 0;
-  auto request = [&](uint64_t begin, uint64_t end) REQUIRES(mu_) {
+  auto request = [&](uint64_t begin, uint64_t end) {
     for (uint64_t at = begin; at < end;) {
       const ByteRange piece{at, std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page))};
       const ExtentId id = RequestExtent(state, piece, prefetch, /*sweep=*/false, slice);
@@ -68,7 +67,7 @@ int64_t ReadEngine::RequestGaps(ObjectState& state, ByteRange range, bool prefet
   return requested;
 }
 
-ReadEngine::Want ReadEngine::WantOf(const ObjectState& state, ByteRange chunk, ByteRange part,
+FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chunk, ByteRange part,
                                     const ReadKind& kind) const {
   // A view's reads the part inside its run of tensors; a chunk wanted whole
   // and not begun comes in one request. Else missing bytes come as pieces: a
@@ -111,8 +110,8 @@ ReadEngine::Want ReadEngine::WantOf(const ObjectState& state, ByteRange chunk, B
   return Want{want, options_.chunk_size};
 }
 
-std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> ReadEngine::Cover(ObjectState& state,
-                                                                                 const Want& want, ByteRange part) {
+std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> FetchPlanner::Cover(ObjectState& state,
+                                                                                   const Want& want, ByteRange part) {
   // Requesting the gaps may evict ready extents this read needs: hold them first.
   std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want.range);  // RequestGaps appends to it
   std::map<ExtentId, std::shared_ptr<const Chunk>> held;
@@ -133,7 +132,7 @@ std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> ReadEngine::Cover
   return cover;
 }
 
-ByteRange ReadEngine::PartWithin(ByteRange chunk, const std::optional<ByteRange>& within) {
+ByteRange FetchPlanner::PartWithin(ByteRange chunk, const std::optional<ByteRange>& within) {
   // A chunk outside `within` altogether (a caller reading past the range it
   // named) is read whole: there is no edge of `within` in it.
   if (!within || (chunk.offset >= within->offset && chunk.end() <= within->end()) ||
@@ -144,13 +143,13 @@ ByteRange ReadEngine::PartWithin(ByteRange chunk, const std::optional<ByteRange>
   return ByteRange{begin, std::min(chunk.end(), within->end()) - begin};
 }
 
-void ReadEngine::StartSliceSweep(ObjectState& state, int id, size_t from) {
+void FetchPlanner::StartSliceSweep(ObjectState& state, int id, size_t from) {
   if (state.slice_sweeps.contains(id)) return;
   state.slice_sweeps[id] = SliceSweep{.start = from};
   TopUpSliceSweep(state, id, from);
 }
 
-void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
+void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   const AccessModel::ActivePattern* active = model_.Pattern(id);
   if (active == nullptr) state.slice_sweeps.erase(id);
   if (active == nullptr || stopping_) return;
@@ -176,7 +175,7 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
       if (state.extents->Holds(chunk)) continue;
       const uint64_t b = std::max(chunk.offset, run.offset);
       const uint64_t e = std::min(chunk.end(), run.end());
-      if (Given(state, ByteRange{b, e - b})) continue;
+      if (state.given.Holds(ByteRange{b, e - b})) continue;
       room = RequestGaps(state, ByteRange{b, e - b}, /*prefetch=*/true, options_.chunk_size, id) >= 0;
     }
     if (!room) return;  // the cache is full: the next read tops up again
@@ -184,34 +183,17 @@ void ReadEngine::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   }
   // Every window of this object is on its way: go on into the next shard.
   if (sweep.visited >= n && state.successor) {
-    ObjectState& next = StateOf(*state.successor);
+    ObjectState& next = host_.StateOf(*state.successor);
     if (next.plan != nullptr) {
       if (!next.plan->tensors().empty()) StartSliceSweep(next, id, 0);
     } else if (std::find(next.pending_sweeps.begin(), next.pending_sweeps.end(), id) == next.pending_sweeps.end()) {
       next.pending_sweeps.push_back(id);
-      StartHead(next, /*prefetch=*/true);
+      host_.StartHead(next, /*prefetch=*/true);
     }
   }
 }
 
-void ReadEngine::Plan(ObjectState& state, const std::vector<AccessModel::PlannerCall>& calls) {
-  using PlannerCall = AccessModel::PlannerCall;
-  for (const PlannerCall& call : calls) {
-    switch (call.kind) {
-      case PlannerCall::Kind::kWholeTensor:
-        ContinueTensor(state, call.tensor);
-        break;
-      case PlannerCall::Kind::kCopyGap:
-        PrefetchPieces(state, call.range);
-        break;
-      case PlannerCall::Kind::kPatternDropped:
-        DropSweeps(call.pattern_id);
-        break;
-    }
-  }
-}
-
-void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
+void FetchPlanner::ContinueTensor(ObjectState& state, size_t index) {
   const ChunkPlan& plan = *state.plan;
   const TensorSpan& t = plan.tensors()[index];
   for (size_t c = plan.ChunkAt(t.begin), last = plan.ChunkAt(t.end - 1); c <= last; ++c) {
@@ -219,7 +201,7 @@ void ReadEngine::ContinueTensor(ObjectState& state, size_t index) {
   }
 }
 
-void ReadEngine::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range) {
+void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
@@ -249,7 +231,7 @@ void ReadEngine::RampWithinTensor(ObjectState& state, const AccessState& access,
   PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + 2 * ahead) - frontier});
 }
 
-void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
+void FetchPlanner::PrefetchPieces(ObjectState& state, ByteRange range) {
   const ChunkPlan& plan = *state.plan;
   // Requests of up to 4 MiB, so the link's connections each carry a share.
   const uint64_t piece = tuning_.max_piece;
@@ -257,20 +239,20 @@ void ReadEngine::PrefetchPieces(ObjectState& state, ByteRange range) {
     const size_t c = plan.ChunkAt(at);
     const uint64_t e = std::min(range.end(), plan.Chunk(c).end());
     const ByteRange part{at, e - at};
-    if (!Given(state, part) && RequestGaps(state, part, /*prefetch=*/true, piece) < 0) {
+    if (!state.given.Holds(part) && RequestGaps(state, part, /*prefetch=*/true, piece) < 0) {
       return;
     }
     at = e;
   }
 }
 
-size_t ReadEngine::WindowChunks(const ChunkPlan& plan, size_t from, uint64_t bytes) {
+size_t FetchPlanner::WindowChunks(const ChunkPlan& plan, size_t from, uint64_t bytes) {
   size_t n = 0;
   for (uint64_t sum = 0; from + n < plan.size() && sum < bytes; ++n) sum += plan.Chunk(from + n).length;
   return n;
 }
 
-void ReadEngine::NoteStreamRead(uint64_t id) {
+void FetchPlanner::NoteStreamRead(uint64_t id) {
   recent_streams_.push_back(id);
   ++streams_read_[id];
   if (recent_streams_.size() > tuning_.active_reads) {
@@ -280,12 +262,16 @@ void ReadEngine::NoteStreamRead(uint64_t id) {
   }
 }
 
-uint64_t ReadEngine::StreamWindow() const {
+uint64_t FetchPlanner::StreamWindow() const {
   const uint64_t share = options_.prefetch_window / std::max<size_t>(1, streams_read_.size());
-  return std::max(share, std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size));
+  return std::max(share, LeastWindow());
 }
 
-void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end,
+uint64_t FetchPlanner::LeastWindow() const {
+  return std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size);
+}
+
+void FetchPlanner::UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end,
                                bool waited) {
   const ChunkPlan& plan = *state.plan;
   // Reading the header (to list tensors, say) calls for no tensor data.
@@ -298,7 +284,7 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
       break;
     }
   }
-  const uint64_t least = std::min(options_.prefetch_window, tuning_.min_stream_window_chunks * options_.chunk_size);
+  const uint64_t least = LeastWindow();
   if (s != nullptr) {
     s->last = std::max(s->last, last);
     s->frontier = std::max(s->frontier, last);
@@ -357,27 +343,29 @@ void ReadEngine::UpdateStreams(ObjectState& state, AccessState& access, size_t f
   if (state.sweep) TopUpSweep(state);
 }
 
-void ReadEngine::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
+void FetchPlanner::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
   if (!state.successor || left >= options_.prefetch_window) return;
   const uint64_t want = options_.prefetch_window - left;
-  ObjectState& next = StateOf(*state.successor);
+  ObjectState& next = host_.StateOf(*state.successor);
   if (next.plan != nullptr) {
     ContinueInto(next, want);
   } else {
     next.continue_bytes = std::max(next.continue_bytes, want);
-    StartHead(next, /*prefetch=*/true);
+    host_.StartHead(next, /*prefetch=*/true);
   }
 }
 
-void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
+void FetchPlanner::ContinueInto(ObjectState& state, uint64_t bytes) {
   const ChunkPlan& plan = *state.plan;
   state.continued = true;
   // The stream the predecessor's reader will continue in.
-  auto it = std::find_if(state.access.streams.begin(), state.access.streams.end(), [](const Stream& st) { return st.start == 0; });
-  if (it == state.access.streams.end()) {
-    if (state.access.streams.size() >= tuning_.max_streams) return;
-    state.access.streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++, .continuation = true});
-    it = std::prev(state.access.streams.end());
+  std::vector<Stream>& streams = state.access.streams;
+  auto it = std::find_if(streams.begin(), streams.end(), [](const Stream& st) { return st.start == 0; });
+  if (it == streams.end()) {
+    if (streams.size() >= tuning_.max_streams) return;
+    streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++,
+                             .continuation = true});
+    it = std::prev(streams.end());
   }
   it->age = ++state.access.trail.clock;
   uint64_t covered = 0;
@@ -389,7 +377,7 @@ void ReadEngine::ContinueInto(ObjectState& state, uint64_t bytes) {
   }
 }
 
-void ReadEngine::TopUpSweep(ObjectState& state) {
+void FetchPlanner::TopUpSweep(ObjectState& state) {
   const ChunkPlan& plan = *state.plan;
   const int limit = static_cast<int>(std::max<uint64_t>(1, options_.prefetch_window / options_.chunk_size));
   while (state.sweep_in_flight < limit && state.sweep_next < plan.size()) {
@@ -402,7 +390,7 @@ void ReadEngine::TopUpSweep(ObjectState& state) {
   }
 }
 
-void ReadEngine::PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) {
+void FetchPlanner::PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within) {
   const ChunkPlan& plan = *state.plan;
   const uint64_t end = std::min(range.end(), state.info.size);
   if (range.offset >= end) return;

@@ -14,7 +14,7 @@
 
 namespace tensorfs {
 
-void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
+void ReadEngine::Enqueue(ObjectState& state, FetchJob job, bool prefetch) {
   ++state.jobs;
   scheduler_.Push(std::move(job), prefetch);
 }
@@ -22,12 +22,12 @@ void ReadEngine::Enqueue(ObjectState& state, Job job, bool prefetch) {
 void ReadEngine::StartHead(ObjectState& state, bool prefetch) {
   if (state.head_requested) {
     if (!prefetch) {  // a reader waits: a queued head prefetch becomes demand
-      scheduler_.Promote([&](const Job& j) { return j.head && j.object == state.info.id(); });
+      scheduler_.Promote([&](const FetchJob& j) { return j.head && j.object == state.info.id(); });
     }
     return;
   }
   state.head_requested = true;
-  Enqueue(state, Job{.object = state.info.id(), .range = {0, state.info.size}, .head = true}, prefetch);
+  Enqueue(state, FetchJob{.object = state.info.id(), .range = {0, state.info.size}, .head = true}, prefetch);
 }
 
 void ReadEngine::PrefetchHead(const ObjectInfo& object) {
@@ -72,7 +72,7 @@ StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
   return chunk;
 }
 
-void ReadEngine::RunJob(const Job& job) {
+void ReadEngine::RunJob(const FetchJob& job) {
   metrics_.fetches_in_flight.fetch_add(1, std::memory_order_relaxed);
   metrics_.fetches.fetch_add(1, std::memory_order_relaxed);
   const auto started = std::chrono::steady_clock::now();
@@ -123,12 +123,12 @@ void ReadEngine::RunJob(const Job& job) {
           const ExtentId id = cache_.InsertLoading(*state.extents, head, /*prefetched=*/true);
           cache_.Publish(id, std::move(chunk));
         }
-        if (state.continue_bytes > 0 && !stopping_) ContinueInto(state, state.continue_bytes);
+        if (state.continue_bytes > 0 && !stopping_) planner_.ContinueInto(state, state.continue_bytes);
         state.continue_bytes = 0;
         if (!stopping_) {
-          for (const auto& [range, within] : state.pending_prefetch) PrefetchRange(state, range, within);
+          for (const auto& [range, within] : state.pending_prefetch) planner_.PrefetchRange(state, range, within);
           if (!state.plan->tensors().empty()) {
-            for (int id : state.pending_sweeps) StartSliceSweep(state, id, 0);
+            for (int id : state.pending_sweeps) planner_.StartSliceSweep(state, id, 0);
           }
         }
         state.pending_prefetch.clear();
@@ -146,12 +146,12 @@ void ReadEngine::RunJob(const Job& job) {
                      std::to_string(job.range.length) + " finished with no loading entry for it");
       }
       if (job.sweep) --state.sweep_in_flight;
-      if (state.sweep && !stopping_) TopUpSweep(state);
+      if (state.sweep && !stopping_) planner_.TopUpSweep(state);
       if (job.slice >= 0) {
         auto it = state.slice_sweeps.find(job.slice);
         if (it != state.slice_sweeps.end()) {
           it->second.in_flight -= std::min(it->second.in_flight, job.range.length);
-          if (!stopping_) TopUpSliceSweep(state, job.slice, it->second.start);
+          if (!stopping_) planner_.TopUpSliceSweep(state, job.slice, it->second.start);
         }
       }
     }

@@ -11,41 +11,6 @@
 #include "core/util/log_limiter.h"
 
 namespace tensorfs {
-namespace {
-
-// The engine's tuning constants are in Tuning (tuning.h); what is left here
-// are facts of the file format.
-
-std::string Mib(uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
-
-}  // namespace
-
-Status EngineOptions::Validate() const {
-  if (shard_world > 1024 || (shard_world > 0 && shard_rank >= shard_world)) {
-    return InvalidArgumentError("shard=" + std::to_string(shard_rank) + "/" + std::to_string(shard_world) +
-                                ": write shard=R/N with 0 <= R < N <= 1024 (this process reads dim-0 slice R of N)");
-  }
-  if (chunk_size < (64u << 10) || chunk_size > (1u << 30)) {
-    return InvalidArgumentError("chunk_size must lie between 64 KiB and 1 GiB");
-  }
-  if (std::max({readahead.unknown, readahead.whole, readahead.slice}) > (1ull << 30)) {
-    return InvalidArgumentError("readahead " + Mib(std::max({readahead.unknown, readahead.whole, readahead.slice})) +
-                                " is over 1 GiB: the kernel's readahead is at most that");
-  }
-  if (max_fetches < 1 || max_fetches > 1024) {
-    return InvalidArgumentError("max_fetches must lie between 1 and 1024");
-  }
-  if (cache_size < 2 * static_cast<uint64_t>(max_fetches) * chunk_size) {
-    return InvalidArgumentError("cache_size " + Mib(cache_size) + " cannot hold 2 x max_fetches (" +
-                                std::to_string(max_fetches) + ") chunks of " + Mib(chunk_size) +
-                                ": raise cache_size, or lower max_fetches or chunk_size");
-  }
-  if (prefetch_window > cache_size / 2) {
-    return InvalidArgumentError("prefetch_window " + Mib(prefetch_window) + " must be at most half of cache_size (" +
-                                Mib(cache_size) + ")");
-  }
-  return OkStatus();
-}
 
 // One read in progress: the chunks it needs, filled as they arrive.
 struct ReadEngine::ReadOp {
@@ -77,6 +42,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
              options.shard_world > 0
                  ? std::optional(SlicePattern::Shard(options.shard_rank, options.shard_world, tuning_))
                  : std::nullopt),
+      planner_(options_, tuning_, cache_, model_, metrics_, *this),
       learner_(tuning_),
       readahead_(options.readahead),
       readahead_wanted_(readahead_.Wanted()) {
@@ -89,7 +55,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       spdlog::warn("{}; reads are not traced", trace.status().message());
     }
   }
-  scheduler_.Start(options_.max_fetches, [this](const Job& job) { RunJob(job); });
+  scheduler_.Start(options_.max_fetches, [this](const FetchJob& job) { RunJob(job); });
 }
 
 ReadEngine::~ReadEngine() {
@@ -98,7 +64,8 @@ ReadEngine::~ReadEngine() {
   {
     MutexLock lock(mu_);
     stopping_ = true;
-    for (const Job& job : scheduler_.Stop()) {
+    planner_.Stop();
+    for (const FetchJob& job : scheduler_.Stop()) {
       if (job.head) {
         auto& w = objects_.at(job.object).plan_waiters;
         std::move(w.begin(), w.end(), std::back_inserter(plan_waiters));
@@ -114,7 +81,7 @@ ReadEngine::~ReadEngine() {
   scheduler_.Join();
 }
 
-ReadEngine::ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
+ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
   auto [it, inserted] = objects_.try_emplace(object.id());
   if (inserted) {
     it->second.info = object;
@@ -231,36 +198,6 @@ void ReadEngine::DropSweeps(int pattern_id) {
   }
 }
 
-bool ReadEngine::Given(const ObjectState& state, ByteRange range) {
-  auto it = state.given.upper_bound(range.offset);
-  return it != state.given.begin() && std::prev(it)->second >= range.end();
-}
-
-void ReadEngine::AddGiven(ObjectState& state, ByteRange range) {
-  uint64_t begin = range.offset;
-  uint64_t end = range.end();
-  auto it = state.given.upper_bound(begin);
-  if (it != state.given.begin() && std::prev(it)->second >= begin) --it;
-  while (it != state.given.end() && it->first <= end) {
-    begin = std::min(begin, it->first);
-    end = std::max(end, it->second);
-    it = state.given.erase(it);
-  }
-  state.given.emplace(begin, end);
-}
-
-void ReadEngine::RemoveGiven(ObjectState& state, ByteRange range) {
-  auto it = state.given.upper_bound(range.offset);
-  if (it != state.given.begin() && std::prev(it)->second > range.offset) --it;
-  while (it != state.given.end() && it->first < range.end()) {
-    const uint64_t begin = it->first;
-    const uint64_t end = it->second;
-    it = state.given.erase(it);
-    if (begin < range.offset) state.given.emplace(begin, range.offset);
-    if (end > range.end()) it = state.given.emplace(range.end(), end).first;
-  }
-}
-
 ReadEngine::StateSizes ReadEngine::Sizes() {
   MutexLock lock(mu_);
   StateSizes sizes{.objects = objects_.size(), .readers = readers_.size()};
@@ -341,7 +278,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     const AccessModel::ActivePattern* pattern = nullptr;
     uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
     // The kernel reading bytes it was given has dropped them.
-    if (op->hints.prefetch && !op->hints.within) RemoveGiven(state, op->range);
+    if (op->hints.prefetch && !op->hints.within) state.given.Remove(op->range);
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
     AccessState* access = &state.access;
     AccessModel::ReaderClock* reader = &anonymous_;
@@ -359,7 +296,19 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       mode = answer.mode;
       pattern = answer.pattern;
       copy_end = answer.copy_end;
-      Plan(state, answer.calls);
+      for (const AccessModel::PlannerCall& call : answer.calls) {
+        switch (call.kind) {
+          case AccessModel::PlannerCall::Kind::kWholeTensor:
+            planner_.ContinueTensor(state, call.tensor);
+            break;
+          case AccessModel::PlannerCall::Kind::kCopyGap:
+            planner_.PrefetchPieces(state, call.range);
+            break;
+          case AccessModel::PlannerCall::Kind::kPatternDropped:
+            DropSweeps(call.pattern_id);
+            break;
+        }
+      }
     }
     if (kernel_read && op->hints.reader.value != 0) {
       ReaderState& r = readers_.at(op->hints.reader);
@@ -376,7 +325,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
-      StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
+      planner_.StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming
     // Adds extent `id` to the read: cached (or `held` by the read), or joined.
@@ -396,7 +345,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       if (entry->prefetched) {
         waited_on_prefetch = true;
         // A reader waits for a queued prefetch: give it demand priority.
-        if (entry->waiters.empty()) scheduler_.Promote([&](const Job& j) { return !j.head && j.extent == id; });
+        if (entry->waiters.empty()) scheduler_.Promote([&](const FetchJob& j) { return !j.head && j.extent == id; });
       }
       op->pending.fetch_add(1);
       entry->waiters.push_back([this, op, slot](const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
@@ -419,15 +368,16 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         add(cached->id, nullptr);
         continue;
       }
-      const Want want = WantOf(state, chunk, part, ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within});
-      for (auto& [id, held] : Cover(state, want, part)) add(id, std::move(held));
+      const FetchPlanner::Want want = planner_.WantOf(
+          state, chunk, part, FetchPlanner::ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within});
+      for (auto& [id, held] : planner_.Cover(state, want, part)) add(id, std::move(held));
     }
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
-      TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
+      planner_.TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
     } else if (kernel_read && mode == Mode::kUnknown) {
-      if (!spans_tensors) RampWithinTensor(state, *access, op->range);
+      if (!spans_tensors) planner_.RampWithinTensor(state, *access, op->range);
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
-      UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
+      planner_.UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
     }
     if (op->pending.fetch_sub(1) != 1) return;  // the last arriving entry finishes it
   }
@@ -451,7 +401,7 @@ void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::option
     StartHead(state, /*prefetch=*/true);
     return;
   }
-  PrefetchRange(state, range, within);
+  planner_.PrefetchRange(state, range, within);
 }
 
 void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) {
@@ -548,7 +498,7 @@ void ReadEngine::FinishRead(const std::shared_ptr<ReadOp>& op) {
     auto state = op->hints.prefetch && !op->hints.within ? objects_.find(op->object) : objects_.end();
     for (size_t i = 0; i < parts.size(); ++i) {
       const std::optional<ByteRange> consumed = cache_.MarkDelivered(op->extents[i], parts[i]);
-      if (consumed && state != objects_.end()) AddGiven(state->second, *consumed);
+      if (consumed && state != objects_.end()) state->second.given.Add(*consumed);
     }
   }
   if (op->hints.prefetch) {  // a kernel read; views count their own reads

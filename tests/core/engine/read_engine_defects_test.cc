@@ -23,7 +23,7 @@ class ReadEngineTestPeer {
   // Extent `extent` of `object` holds the bytes of `bytes` instead.
   static void PublishWrongBytes(ReadEngine& engine, const ObjectInfo& object, ByteRange extent, ByteRange bytes) {
     MutexLock lock(engine.mu_);
-    ReadEngine::ObjectState& state = engine.StateOf(object);
+    ObjectState& state = engine.StateOf(object);
     engine.cache_.Reserve(extent.length, /*evict_unconsumed=*/true);
     const ExtentId id = engine.cache_.InsertLoading(*state.extents, extent, /*prefetched=*/false);
     engine.cache_.Publish(id, std::make_shared<Chunk>(bytes));
