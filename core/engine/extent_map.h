@@ -32,6 +32,10 @@ class ExtentMap {
 
   // The extents overlapping `range`, in order of offset.
   std::vector<Extent> Overlapping(ByteRange range) const;
+  // Whether any extent overlaps `range` (Overlapping without the copies).
+  bool Overlaps(ByteRange range) const;
+  // The extent holding byte `offset`, or null. Valid until the map changes.
+  const Extent* At(uint64_t offset) const;
   // The extent that covers exactly `range` (a whole chunk, cached or coming),
   // or null. Valid until the map changes.
   const Extent* Exactly(ByteRange range) const;

@@ -83,7 +83,7 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     const ByteRange inside = PartWithin(chunk, kind.within);
     return Want{inside, inside.length};
   }
-  if (whole && state.extents->Overlapping(chunk).empty()) return Want{chunk, chunk.length};
+  if (whole && !state.extents->Overlaps(chunk)) return Want{chunk, chunk.length};
   if (whole) return Want{chunk, options_.chunk_size};
   ByteRange want = part;
   if (kind.mode == Mode::kSlice) {
@@ -218,9 +218,9 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
-    const std::vector<ExtentMap::Extent> at = state.extents->Overlapping(ByteRange{frontier, 1});
-    if (at.empty()) break;
-    frontier = at.front().range.end();
+    const ExtentMap::Extent* at = state.extents->At(frontier);
+    if (at == nullptr) break;
+    frontier = at->range.end();
   }
   // Ahead by as much as the reader has read of the tensor, topped up in steps
   // that double, so that each request is larger than the one before: a slice

@@ -118,7 +118,7 @@ void ReadEngine::RunJob(const FetchJob& job) {
       if (status.ok()) {
         state.plan = std::move(plan);
         const ByteRange head = chunk->range();
-        if (state.extents->Overlapping(head).empty()) {
+        if (!state.extents->Overlaps(head)) {
           cache_.Reserve(head.length, /*evict_unconsumed=*/true);
           const ExtentId id = cache_.InsertLoading(*state.extents, head, /*prefetched=*/true);
           cache_.Publish(id, std::move(chunk));

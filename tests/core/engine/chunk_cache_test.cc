@@ -47,6 +47,26 @@ TEST_F(ChunkCacheTest, LoadingThenPublishedHandsOverItsWaiters) {
   EXPECT_TRUE(map_.Holds(ByteRange{0, 4096}));
 }
 
+TEST_F(ChunkCacheTest, TheMapAnswersWhichExtentHoldsAByteAndWhetherARangeIsTouched) {
+  Ready(map_, ByteRange{8192, 4096});
+  Ready(map_, ByteRange{16384, 8192});
+  EXPECT_EQ(map_.At(8191), nullptr);
+  ASSERT_NE(map_.At(8192), nullptr);
+  EXPECT_EQ(map_.At(12287)->range, (ByteRange{8192, 4096}));
+  EXPECT_EQ(map_.At(12288), nullptr);
+  EXPECT_EQ(map_.At(24575)->range, (ByteRange{16384, 8192}));
+  EXPECT_EQ(map_.At(24576), nullptr);
+  for (const ByteRange r : {ByteRange{0, 8192}, ByteRange{12288, 4096}, ByteRange{24576, 1 << 20}}) {
+    EXPECT_FALSE(map_.Overlaps(r)) << r.offset << "+" << r.length;
+    EXPECT_TRUE(Ranges(map_, r).empty());
+  }
+  for (const ByteRange r : {ByteRange{0, 8193}, ByteRange{12287, 1}, ByteRange{12288, 4097}, ByteRange{20000, 1},
+                            ByteRange{0, 1 << 20}}) {
+    EXPECT_TRUE(map_.Overlaps(r)) << r.offset << "+" << r.length;
+    EXPECT_FALSE(Ranges(map_, r).empty());
+  }
+}
+
 TEST_F(ChunkCacheTest, PublishWithNoLoadingEntryIsRefused) {
   EXPECT_FALSE(cache_.Publish(12345, NewChunk(ByteRange{0, 4096})).has_value());
   EXPECT_EQ(cache_.Find(12345), nullptr);
