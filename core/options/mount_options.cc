@@ -418,12 +418,16 @@ Status ValidateMountOptions(MountOptions& options) {
   // only share the CPUs, and each holds a chunk's buffer.
   // Nor does a reader of one need a window past what those copies fill twice
   // over: its reads wait on CPUs, not on a link's latency, and each chunk held
-  // ahead is a buffer mapped, and zeroed by the kernel, afresh.
+  // ahead is a buffer mapped, and zeroed by the kernel, afresh. Chunks the
+  // kernel received in full are kept for re-reads through other files (views)
+  // only as far as one chunk: fetching them again is a copy from the page
+  // cache, and each one kept is a buffer the next fetch cannot reuse.
   if (!options.source.starts_with("gs://")) {
     if (!options.given.contains("max_fetches")) options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
     if (!options.given.contains("prefetch_window")) {
       options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);
     }
+    options.engine.consumed_keep = std::min(options.engine.consumed_keep, options.engine.chunk_size);
   }
   // In a container, the default cache follows its memory limit (memory_limit.h).
   ASSIGN_OR_RETURN(const std::string from_limit, FitCacheToMemoryLimit(options, FindCgroupMemoryLimit()));

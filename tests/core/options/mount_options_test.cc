@@ -135,6 +135,20 @@ TEST(MountOptionsTest, LocalDirectoryWindowFollowsItsFetchesUnlessGiven) {
   EXPECT_EQ(given.engine.prefetch_window, 512ull << 20);
 }
 
+TEST(MountOptionsTest, LocalDirectoryKeepsOneChunkTheKernelReceivedAndGcsItsWhole64MiB) {
+  MountOptions dir;
+  dir.source = "/tmp";
+  dir.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(dir).ok());
+  EXPECT_EQ(dir.engine.consumed_keep, dir.engine.chunk_size);
+  MountOptions gcs;
+  gcs.source = "gs://bucket";
+  gcs.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(gcs).ok());
+  EXPECT_EQ(gcs.engine.consumed_keep, EngineOptions{}.consumed_keep);
+  EXPECT_GT(gcs.engine.consumed_keep, gcs.engine.chunk_size);
+}
+
 TEST(MountOptionsTest, QueueLimitsAreDerivedFromTheCpus) {
   EXPECT_EQ(DefaultMaxBackground(1), 32);
   EXPECT_EQ(DefaultMaxBackground(2), 32);
