@@ -19,11 +19,12 @@
 #                                             # a `run` per value of one tensorfs option, then one
 #                                             # table of them (SWEEP_OUT=DIR for the JSON files)
 #
-# `run` takes the binaries from build/device when it holds them (with
-# LD_LIBRARY_PATH set for those two processes only), else from --build-dir
-# (default build/release). The bundle is what a machine without the build
-# dependencies needs: copy the working tree with build/device and run
-# `bash bench/datacenter.sh run` there.
+# `run` takes the binaries from --build-dir (default build/release) when it
+# holds them, else from build/device (with LD_LIBRARY_PATH set for those two
+# processes only), and says which: a bundle made earlier never stands in for
+# the build under test. The bundle is what a machine without the build
+# dependencies needs: copy the working tree with build/device (and without
+# the build) and run `bash bench/datacenter.sh run` there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,12 +74,16 @@ case "$mode" in
         break
       fi
     done
-    if [[ -x "$bundle/bin/tensorfs" ]]; then
+    if [[ -x "$build_dir/fs/tensorfs" ]]; then
+      bins=(--tensorfs "$build_dir/fs/tensorfs" --memfs "$build_dir/bench/memfs_ceiling")
+    elif [[ -x "$bundle/bin/tensorfs" ]]; then
       bins=(--tensorfs "$bundle/bin/tensorfs" --memfs "$bundle/bin/memfs_ceiling" --lib-dir "$bundle/lib")
       if [[ -f "$bundle/tls/ca.pem" ]]; then bins+=(--certs "$bundle/tls"); fi
     else
-      bins=(--tensorfs "$build_dir/fs/tensorfs" --memfs "$build_dir/bench/memfs_ceiling")
+      echo "no tensorfs in $build_dir/fs or $bundle/bin: build it, or bash bench/datacenter.sh package" >&2
+      exit 2
     fi
+    echo "[datacenter] tensorfs: ${bins[1]}, memfs_ceiling: ${bins[3]}" >&2
     exec "${PYTHON:-python3}" bench/datacenter.py "${bins[@]}" "${args[@]}"
     ;;
   sweep)
