@@ -4,25 +4,28 @@
 
 namespace tensorfs {
 
+ExtentMap::Map::const_iterator ExtentMap::FirstEndingAfter(uint64_t offset) const {
+  auto it = by_begin_.upper_bound(offset);
+  if (it != by_begin_.begin() && std::prev(it)->second.range.end() > offset) --it;
+  return it;
+}
+
 std::vector<ExtentMap::Extent> ExtentMap::Overlapping(ByteRange range) const {
   std::vector<Extent> found;
-  auto it = by_begin_.upper_bound(range.offset);
-  if (it != by_begin_.begin() && std::prev(it)->second.range.end() > range.offset) --it;
-  for (; it != by_begin_.end() && it->first < range.end(); ++it) found.push_back(it->second);
+  for (auto it = FirstEndingAfter(range.offset); it != by_begin_.end() && it->first < range.end(); ++it) {
+    found.push_back(it->second);
+  }
   return found;
 }
 
 bool ExtentMap::Overlaps(ByteRange range) const {
-  auto it = by_begin_.upper_bound(range.offset);
-  if (it != by_begin_.begin() && std::prev(it)->second.range.end() > range.offset) return true;
+  auto it = FirstEndingAfter(range.offset);
   return it != by_begin_.end() && it->first < range.end();
 }
 
 const ExtentMap::Extent* ExtentMap::At(uint64_t offset) const {
-  auto it = by_begin_.upper_bound(offset);
-  if (it == by_begin_.begin()) return nullptr;
-  --it;
-  return it->second.range.end() > offset ? &it->second : nullptr;
+  auto it = FirstEndingAfter(offset);
+  return it != by_begin_.end() && it->first <= offset ? &it->second : nullptr;
 }
 
 const ExtentMap::Extent* ExtentMap::Exactly(ByteRange range) const {

@@ -49,7 +49,12 @@ class ExtentMap {
   // Removes `extent` if the map still holds it.
   void Erase(const Extent& extent);
 
-  std::map<uint64_t, Extent> by_begin_;  // by first byte
+  using Map = std::map<uint64_t, Extent>;
+  // The first extent that ends after `offset` (extents never overlap, so
+  // the one holding it, if any, else the next after it).
+  Map::const_iterator FirstEndingAfter(uint64_t offset) const;
+
+  Map by_begin_;  // by first byte
 };
 
 }  // namespace tensorfs
