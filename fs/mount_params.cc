@@ -23,7 +23,7 @@ MountParams MountParamsFor(const MountOptions& options, uid_t uid, gid_t gid) {
   // The readahead the mount's files start with (readahead_policy.h); serving a
   // descriptor, tensorfs cannot change it later, so it stays.
   const uint64_t wanted = ReadaheadPolicy(ReadaheadPolicy::ForMount(options.given.contains("read_ahead"),
-                                                                    options.read_ahead, options.engine.shard_world > 0))
+                                                                    options.read_ahead, options.engine.shard_world))
                               .Wanted();
   p.read_ahead_kb = wanted == 0 ? kKernelDefaultReadAheadKb : static_cast<unsigned>(wanted >> 10);
   return p;

@@ -148,7 +148,7 @@ int MountAndServe(const MountOptions& options) {
   // engine takes the kernel's default for its margins.
   if (!FuseFdOfMountPoint(options.mountpoint)) {
     engine_options.readahead = ReadaheadPolicy::ForMount(options.given.contains("read_ahead"), options.read_ahead,
-                                                         options.engine.shard_world > 0);
+                                                         options.engine.shard_world);
   }
   if (const char* trace = std::getenv("TENSORFS_TRACE_READS")) engine_options.trace_reads = trace;  // see read_trace.h
   ReadEngine engine(**store, engine_options, metrics);

@@ -24,7 +24,8 @@ struct EngineOptions {
   // evicted at once, and their buffers serve the next fetches.
   uint64_t consumed_keep = 64ull << 20;
   // -o shard=R/N: this process reads dim-0 slice R of N of every tensor; its
-  // windows are prefetched from the first read on. world 0: learn from reads.
+  // windows are prefetched from the first read on. world 1 (shard=0/1): every
+  // reader reads whole tensors, from its first read. world 0: learn from reads.
   uint64_t shard_rank = 0;
   uint64_t shard_world = 0;
   // The kernel readahead the mount's files are opened with, by kind of reader

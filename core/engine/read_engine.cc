@@ -39,7 +39,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       }())),
       cache_(options.cache_size, options.consumed_keep, metrics),
       model_(tuning_, options.readahead.slice,
-             options.shard_world > 0
+             options.shard_world > 1
                  ? std::optional(SlicePattern::Shard(options.shard_rank, options.shard_world, tuning_))
                  : std::nullopt),
       planner_(options_, tuning_, cache_, model_, metrics_, *this),
@@ -47,6 +47,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       readahead_(options.readahead),
       readahead_wanted_(readahead_.Wanted()) {
   model_.SetReadahead(readahead_wanted_);
+  anonymous_.presumed_whole = options_.shard_world == 1;
   if (!options_.trace_reads.empty()) {
     StatusOr<std::unique_ptr<ReadTrace>> trace = ReadTrace::Open(options_.trace_reads);
     if (trace.ok()) {
@@ -98,8 +99,11 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
   ReaderState& r = it->second;
   if (inserted) {
     r.learner = SliceLearner(tuning_);
-    r.clock.presumed_whole = !options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
-                       readahead_wanted_ == options_.readahead.whole;
+    // -o shard=0/1 says so; else a reader opening a file set for whole readers
+    // most likely is one.
+    r.clock.presumed_whole = options_.shard_world == 1 ||
+                             (!options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
+                              readahead_wanted_ == options_.readahead.whole);
   }
   if (inserted || r.object != state.info.id()) {
     r.object = state.info.id();
@@ -324,7 +328,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
-    if (kernel_read && options_.shard_world > 0 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
+    if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
       planner_.StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming

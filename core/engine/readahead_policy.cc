@@ -2,15 +2,16 @@
 
 namespace tensorfs {
 
-ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uint64_t read_ahead, bool shard) {
+ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uint64_t read_ahead,
+                                                   uint64_t shard_world) {
   if (explicit_read_ahead) return Options{.unknown = read_ahead, .whole = read_ahead, .slice = read_ahead, .fixed = true};
-  return Options{.unknown = kUnknownDefault, .whole = kWholeDefault, .slice = kSliceDefault, .slice_only = shard};
+  const Kind declared = shard_world == 0 ? Kind::kUnknown : shard_world == 1 ? Kind::kWhole : Kind::kSlice;
+  return Options{.unknown = kUnknownDefault, .whole = kWholeDefault, .slice = kSliceDefault, .declared = declared};
 }
 
 uint64_t ReadaheadPolicy::Wanted() const {
   if (options_.fixed) return options_.unknown;
-  if (options_.slice_only) return options_.slice;
-  switch (mode_) {
+  switch (options_.declared != Kind::kUnknown ? options_.declared : mode_) {
     case Kind::kWhole:
       return options_.whole;
     case Kind::kSlice:

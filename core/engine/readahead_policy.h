@@ -20,7 +20,8 @@
 //     open: each mmap fault reads little beyond the slice, so that bytes of
 //     the neighbouring hosts' slices are neither fetched nor sent.
 // `-o read_ahead=` given: that value for every file, never changed. `-o
-// shard=R/N` given: `slice` from the start (the process says it reads slices).
+// shard=R/N` given: `slice` from the start (the process says it reads slices);
+// `-o shard=0/1`: `whole` from the start (the one host reads every tensor whole).
 // The last kind seen stays in force after its readers' files are closed (a
 // loader's next file is opened by a new reader once the last one is closed).
 // Only files opened after a change get the new value: a loader's first file
@@ -50,8 +51,10 @@ class ReadaheadPolicy {
     uint64_t unknown = 0;  // bytes; 0: the kernel's, left as it is
     uint64_t whole = 0;
     uint64_t slice = 0;
-    bool fixed = false;       // read_ahead= given: `unknown` is that value, always
-    bool slice_only = false;  // shard= given: `slice`, always
+    bool fixed = false;  // read_ahead= given: `unknown` is that value, always
+    // What -o shard= says the readers do: kSlice (R/N, N > 1) or kWhole (0/1)
+    // from the start and always; kUnknown when not given (learned).
+    Kind declared = Kind::kUnknown;
   };
 
   // The values by measurement (bench/README.md, "Readahead"): for whole
@@ -63,8 +66,8 @@ class ReadaheadPolicy {
   static constexpr uint64_t kSliceDefault = 32 << 10;
 
   // `read_ahead`: the value given with -o read_ahead (explicit: whether it
-  // was given at all); `shard`: whether -o shard= was given.
-  static Options ForMount(bool explicit_read_ahead, uint64_t read_ahead, bool shard);
+  // was given at all); `shard_world`: N of -o shard=R/N, 0 when not given.
+  static Options ForMount(bool explicit_read_ahead, uint64_t read_ahead, uint64_t shard_world);
 
   explicit ReadaheadPolicy(Options options) : options_(options) {}
 

@@ -149,7 +149,9 @@ const std::array kOptions = {
                }},
     OptionSpec{"shard", "R/N",
                "this host reads dim-0 slice R of N of every tensor (rows [R*n/N, (R+1)*n/N)): prefetch only "
-               "those, in storage order, from the first read on (default: learn it from the reads)",
+               "those, in storage order, from the first read on; shard=0/1: this host reads every tensor whole, "
+               "so every reader is served as a whole-tensor reader from its first read (default: learn it from "
+               "the reads)",
                [](MountOptions& o, std::string_view v) {
                  const size_t slash = v.find('/');
                  double rank = 0, world = 0;

@@ -35,6 +35,10 @@ TEST(MountParamsTest, ShardAsksForTheSliceReadahead) {
   EXPECT_EQ(MountParamsFor(Parsed("shard=1/4"), 0, 0).read_ahead_kb, 32u);
 }
 
+TEST(MountParamsTest, ShardZeroOfOneAsksForTheWholeReadersReadahead) {
+  EXPECT_EQ(MountParamsFor(Parsed("shard=0/1"), 0, 0).read_ahead_kb, 1024u);
+}
+
 TEST(MountParamsTest, RenderedAsKeyValueLines) {
   std::string text = RenderMountParams(MountParamsFor(MountOptions{}, 0, 0));
   EXPECT_THAT(text, HasSubstr("\nfstype=fuse.tensorfs\n"));

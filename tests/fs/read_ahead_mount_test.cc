@@ -60,6 +60,18 @@ TEST_F(ReadAheadMountTest, WithoutTheOptionTheKernelDefaultStays) {
   EXPECT_EQ(ReadAheadKib(mount->path()), 128) << mount->Log();
 }
 
+// A host that says it reads every tensor whole gets the whole readers'
+// readahead from the first file on; one that says it reads slices, the
+// slice readers'.
+TEST_F(ReadAheadMountTest, ShardOptionSetsTheReadaheadBeforeTheFirstFile) {
+  auto whole = Mount({"-o", "shard=0/1"});
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(ReadAheadKib(whole->path()), 1024) << whole->Log();
+  auto slices = Mount({"-o", "shard=1/4"});
+  ASSERT_NE(slices, nullptr);
+  EXPECT_EQ(ReadAheadKib(slices->path()), 32) << slices->Log();
+}
+
 TEST_F(ReadAheadMountTest, ValueTheKernelRoundsIsAWarningNamingTheValueInForce) {
   // The kernel keeps whole pages: 6 KiB becomes 4.
   auto mount = Mount({"-o", "read_ahead=6K"});

@@ -10,7 +10,7 @@ namespace {
 
 using Kind = ReadaheadPolicy::Kind;
 
-ReadaheadPolicy Learned() { return ReadaheadPolicy(ReadaheadPolicy::ForMount(false, 0, false)); }
+ReadaheadPolicy Learned() { return ReadaheadPolicy(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/0)); }
 
 TEST(ReadaheadPolicyTest, NothingKnownGivesTheKernelsDefault) {
   EXPECT_EQ(Learned().Wanted(), 128u << 10);
@@ -57,14 +57,21 @@ TEST(ReadaheadPolicyTest, WholeReaderSeenAfterSliceReadersRaisesItAgain) {
 }
 
 TEST(ReadaheadPolicyTest, ShardGivesTheSliceReadaheadFromTheStartAndKeepsIt) {
-  ReadaheadPolicy p(ReadaheadPolicy::ForMount(false, 0, true));
+  ReadaheadPolicy p(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/8));
   EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
   p.Change(Kind::kUnknown, Kind::kWhole);
   EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
 }
 
+TEST(ReadaheadPolicyTest, ShardZeroOfOneGivesTheWholeReadaheadFromTheStartAndKeepsIt) {
+  ReadaheadPolicy p(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/1));
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+  p.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kWholeDefault);
+}
+
 TEST(ReadaheadPolicyTest, ReadAheadGivenIsKeptWhateverTheReaders) {
-  ReadaheadPolicy p(ReadaheadPolicy::ForMount(true, 16 << 20, true));
+  ReadaheadPolicy p(ReadaheadPolicy::ForMount(true, 16 << 20, /*shard_world=*/8));
   EXPECT_EQ(p.Wanted(), 16u << 20);
   p.Change(Kind::kUnknown, Kind::kSlice);
   EXPECT_EQ(p.Wanted(), 16u << 20);
@@ -73,7 +80,7 @@ TEST(ReadaheadPolicyTest, ReadAheadGivenIsKeptWhateverTheReaders) {
 }
 
 TEST(ReadaheadPolicyTest, ReadAheadZeroGivenLeavesTheKernelsAlone) {
-  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(true, 0, false)).Wanted(), 0u);
+  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(true, 0, /*shard_world=*/0)).Wanted(), 0u);
 }
 
 // A slice's margins are what the kernel reads around a fault at the slice

@@ -18,6 +18,7 @@ namespace {
 
 using testing::ControlledStore;
 using testing::MemoryStore;
+using testing::RecordedRead;
 using testing::SingleShardCheckpoint;
 
 constexpr uint64_t kPage = 4096;
@@ -139,7 +140,7 @@ class ReadaheadSinkTest : public ReaderStateTest {
  protected:
   EngineOptions Options() const {
     EngineOptions o = ReaderStateTest::Options();
-    o.readahead = ReadaheadPolicy::ForMount(false, 0, false);
+    o.readahead = ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/0);
     return o;
   }
   std::vector<uint64_t> applied_;  // the sink's calls, in order
@@ -171,13 +172,78 @@ TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWh
 TEST_F(ReadaheadSinkTest, ShardGivesTheSliceReadaheadFromTheStart) {
   ControlledStore store(checkpoint_.memory, /*hold=*/false);
   EngineOptions o = Options();
-  o.readahead = ReadaheadPolicy::ForMount(false, 0, true);
+  o.readahead = ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/4);
   o.shard_rank = 1;
   o.shard_world = 4;
   ReadEngine engine(store, o, metrics_);
   engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
   ReadInterleaved(engine, 1, {1}, 4, /*first_reader=*/100);
   EXPECT_EQ(applied_, std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault});
+}
+
+TEST_F(ReadaheadSinkTest, ShardZeroOfOneGivesTheWholeReadaheadFromTheStart) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  EngineOptions o = Options();
+  o.readahead = ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/1);
+  o.shard_world = 1;
+  ReadEngine engine(store, o, metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  ReadInterleaved(engine, 0, {0}, 2, /*first_reader=*/100);  // even a reader of half the rows
+  EXPECT_EQ(applied_, std::vector<uint64_t>{ReadaheadPolicy::kWholeDefault});
+  EXPECT_TRUE(engine.SlicePatterns().empty());
+}
+
+// The first tensor a reader copies, read from its start in order (a copy too
+// large for memcpy to touch its last page first): until the reader is known it
+// may be rank 0 of a sliced job, and the tensor comes in pieces ahead of it, as
+// far as it has read; with -o shard=0/1 it comes in whole chunks from the
+// first read.
+class FirstTensorTest : public ReaderStateTest {
+ protected:
+  // The requests within the first tensor made while a reader reads its first
+  // half in order.
+  // `read_ahead`: as -o read_ahead= gives it (0: not given).
+  std::vector<RecordedRead> RequestsForFirstHalf(uint64_t shard_world, uint64_t read_ahead = 0) {
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
+    EngineOptions o = Options();
+    o.readahead = ReadaheadPolicy::ForMount(read_ahead > 0, read_ahead, shard_world);
+    o.shard_world = shard_world;
+    ReadEngine engine(store, o, metrics_);
+    const ReaderId reader{7};
+    Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{0, 8}});
+    tensor_ = engine.PlanOf(checkpoint_.shard.id())->tensors().front();
+    for (uint64_t at = tensor_.begin & ~(kPage - 1); at < tensor_.begin + tensor_.size() / 2; at += kRead) {
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{at, kRead}});
+      if (::testing::Test::HasFatalFailure()) return {};
+    }
+    std::vector<RecordedRead> out;
+    for (const RecordedRead& r : store.reads()) {
+      if (r.offset >= tensor_.begin && r.offset < tensor_.end) out.push_back(r);
+    }
+    return out;
+  }
+
+  TensorSpan tensor_;
+};
+
+TEST_F(FirstTensorTest, ShardZeroOfOneFetchesTheFirstTensorInWholeChunksFromTheFirstRead) {
+  const uint64_t chunk = Options().chunk_size;
+  const std::vector<RecordedRead> learned = RequestsForFirstHalf(/*shard_world=*/0);
+  ASSERT_FALSE(learned.empty());
+  EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const RecordedRead& r) { return r.length < chunk / 2; }))
+      << "an unknown reader's first tensor is expected to come in pieces";
+  // Also with the readahead fixed by -o read_ahead=, which leaves the kind of
+  // reader to the engine alone.
+  for (uint64_t read_ahead : {uint64_t{0}, uint64_t{1} << 20}) {
+    const std::vector<RecordedRead> whole = RequestsForFirstHalf(/*shard_world=*/1, read_ahead);
+    ASSERT_FALSE(whole.empty());
+    for (const RecordedRead& r : whole) {
+      // Whole chunks; the tensor's last chunk may be cut at the file's end of the plan.
+      EXPECT_TRUE(r.length >= chunk / 2 || r.offset + r.length == tensor_.end)
+          << "a piece of " << r.length << " bytes at " << r.offset << " (read_ahead " << read_ahead << ")";
+    }
+    EXPECT_LT(whole.size(), learned.size());
+  }
 }
 
 // Sixteen readers: twelve whole-tensor readers and four slice readers of
@@ -231,7 +297,7 @@ TEST_F(ReaderStateTest, ReaderOfWholeTensorsAtALargeReadaheadIsAWholeReader) {
   EngineOptions options = Options();
   options.chunk_size = 8 << 20;
   options.prefetch_window = 32 << 20;
-  options.readahead = ReadaheadPolicy::ForMount(/*explicit_read_ahead=*/true, kReadahead, /*shard=*/false);
+  options.readahead = ReadaheadPolicy::ForMount(/*explicit_read_ahead=*/true, kReadahead, /*shard_world=*/0);
   ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, options, metrics_);
   const uint64_t size = checkpoint_.shard.size;
