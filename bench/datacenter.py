@@ -620,6 +620,10 @@ def main():
     p.add_argument("--certs", help="a folder with ca.pem, server.pem and server.key made elsewhere "
                                    "(`datacenter.sh package` makes one), for a machine without the openssl CLI")
     p.add_argument("--out", default="bench/out/datacenter.json")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="measure every reader on every mount this many times, a round after another for one "
+                        "reader (the builds and sources interleaved within a round), and report the pass of "
+                        "median rate (3 on a noisy machine)")
     p.add_argument("--settle-memory", action="store_true",
                    help="after dropping the page cache, wait until the memory freed has been handed back to "
                         "the host (VMs with free page reporting), so that every pass starts alike")
@@ -653,7 +657,8 @@ def main():
     results = {"size": total_bytes, "shards": args.shards, "nproc": os.cpu_count(), "clients": args.clients,
                "load_file_device": args.load_file_device, "server": {}, "rates": {}, "cpu": {}, "rss": {},
                "busy": {}, "machine_cpu": {}, "server_cpu": {}, "steady_cpu": {}, "mounts": {},
-               "read_sizes": {}, "tensorfs_opts": args.tensorfs_opts,
+               "read_sizes": {}, "opened_at": {}, "memfs_schedule": {}, "passes": {}, "rounds": args.rounds,
+               "tensorfs_opts": args.tensorfs_opts,
                "tensorfs_before": args.tensorfs_before}
     mounts = []
     try:
@@ -687,6 +692,25 @@ def main():
             busy1, total1 = machine_jiffies()
             return outcome, (busy1 - busy0) / max(1, total1 - total0), cpu_seconds(server.pid) - server0, cpu, steady
 
+        # Every pass of a reader on a mount, kept until all rounds are done: the one of median
+        # rate is reported (its figures taken together, from one pass).
+        taken = {}
+
+        def keep(target, loader, measurement, rss=None):
+            taken.setdefault((target, loader), []).append((measurement, rss))
+            outcome = measurement[0]
+            if not isinstance(outcome, str):
+                log(f"{target} {loader}: pass {len(taken[(target, loader)])}, {outcome[0] / outcome[1] / GB:.2f} GB/s")
+
+        def record_medians():
+            for (target, loader), runs in taken.items():
+                good = sorted((x for x in runs if not isinstance(x[0][0], str)), key=lambda x: x[0][0][0] / x[0][0][1])
+                measurement, rss = good[len(good) // 2] if good else runs[-1]
+                record(target, loader, measurement, rss)
+                if len(good) > 1:
+                    results["passes"].setdefault(target, {})[loader] = [n / s / GB for (n, s), *_ in
+                                                                       (x[0] for x in good)]
+
         def record(target, loader, measurement, rss=None):
             outcome, busy, server_cpu, cpu, steady = measurement
             if isinstance(outcome, str):
@@ -712,8 +736,9 @@ def main():
 
         # The loader's ceiling: the shards in the local page cache.
         for loader in loaders:
-            warm(paths)
-            record("local", loader, measured(loader, paths))
+            for _ in range(args.rounds):
+                warm(paths)
+                keep("local", loader, measured(loader, paths))
 
         # The copy from the source: what copying a GB out of the page cache costs a process.
         results["copy_cost"] = {"cpu_s_per_gb": copy_cost(paths),
@@ -751,44 +776,47 @@ def main():
         # machine in a like state (bench/README.md, "A smaller prefetch window over a local
         # directory").
         ensure_fusectl()
-        for loader in loaders:
-            for target in sources:
-                drop_caches(args.settle_memory)
-                warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
-                m = tensorfs_mount(target)
-                mnt = m.path
-                mounts.append(m)
-                try:
-                    at_mount = mount_settings(mnt)
-                    measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
-                                           m.proc.pid)
-                    record(target, loader, measurement, m.peak_rss())
-                    settings = mount_settings(mnt)
-                    settings["read_ahead_kb_at_mount"] = at_mount["read_ahead_kb"]
-                    results["mounts"].setdefault(target, {})[loader] = settings
-                    stats = tensorfs_stats(args.tensorfs, mnt, env) or {}
-                    results["read_sizes"].setdefault(target, {})[loader] = stats.get("fuse_read_sizes")
-                    if args.trace and loader == "readers" and target != "tensorfs-dir":
-                        m.log.flush()
-                        rows = request_timeline(m.log.name, slices(paths, args.readers))
-                        results.setdefault("trace", {})[target] = rows
-                        print_timeline(target, rows)
-                finally:
-                    m.stop()
-                    mounts.remove(m)
+        for loader, _, target in ((l, r, t) for l in loaders for r in range(args.rounds) for t in sources):
+            drop_caches(args.settle_memory)
+            warm(paths)  # the source files in the page cache; the server sends from memory, as GCS would
+            m = tensorfs_mount(target)
+            mnt = m.path
+            mounts.append(m)
+            try:
+                at_mount = mount_settings(mnt)
+                measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths],
+                                       m.proc.pid)
+                keep(target, loader, measurement, m.peak_rss())
+                settings = mount_settings(mnt)
+                settings["read_ahead_kb_at_mount"] = at_mount["read_ahead_kb"]
+                results["mounts"].setdefault(target, {})[loader] = settings
+                stats = tensorfs_stats(args.tensorfs, mnt, env) or {}
+                results["read_sizes"].setdefault(target, {})[loader] = stats.get("fuse_read_sizes")
+                results["opened_at"].setdefault(target, {})[loader] = stats.get("files_opened_by_read_ahead")
+                if args.trace and loader == "readers" and target != "tensorfs-dir":
+                    m.log.flush()
+                    rows = request_timeline(m.log.name, slices(paths, args.readers))
+                    results.setdefault("trace", {})[target] = rows
+                    print_timeline(target, rows)
+            finally:
+                m.stop()
+                mounts.remove(m)
 
         # The FUSE ceiling: memfs_ceiling, a fresh mount per reader, given the readahead, the
-        # max_background and the congestion_threshold tensorfs had in force when it was done
-        # with the same reader (set in memfs_ceiling's INIT reply), so both run at the same
-        # settings and no constant is copied.
-        for loader in loaders:
-            probe = next((results["mounts"][t][loader] for t in sources
-                          if not t.endswith("-before") and loader in results["mounts"].get(t, {})), {})
-            memfs_argv = [args.memfs, "-f"]
+        # max_background and the congestion_threshold tensorfs had in force for the same reader
+        # (set in memfs_ceiling's INIT reply), so both run at the same settings and no constant
+        # is copied. A file keeps the readahead it was opened with, and tensorfs raises it for the
+        # files opened once it has seen a whole-tensor reader: memfs_ceiling's files get the
+        # readahead tensorfs' files got, open by open (--read-ahead-at-opens, from tensorfs'
+        # files_opened_by_read_ahead stats: the value at mount first). When that is not tensorfs'
+        # final value for every file, memfs_ceiling runs at the final value too ("memfs-final":
+        # what opening files before the reader is known costs).
+        def run_memfs(loader, target, settings, extra=()):
+            memfs_argv = [args.memfs, "-f", *extra]
             for key, flag in (("read_ahead_kb", "--read-ahead-kb"), ("max_background", "--max-background"),
                               ("congestion_threshold", "--congestion-threshold")):
-                if probe.get(key) is not None:
-                    memfs_argv += [flag, str(probe[key])]
+                if settings.get(key) is not None:
+                    memfs_argv += [flag, str(settings[key])]
             mnt = os.path.join(args.work, "memfs")
             sizes_path = os.path.join(args.work, "memfs-read-sizes.json")
             if os.path.exists(sizes_path):
@@ -797,20 +825,38 @@ def main():
                       os.path.join(args.work, "memfs.log"))
             mounts.append(m)
             try:
-                results["mounts"].setdefault("memfs", {})[loader] = mount_settings(mnt)
+                results["mounts"].setdefault(target, {})[loader] = mount_settings(mnt)
                 # Its files are in its memory now: the page cache is dropped, as for tensorfs, so
                 # that both fill the same recycled pages.
                 drop_caches(args.settle_memory)
                 measurement = measured(loader, [os.path.join(mnt, os.path.basename(x)) for x in paths], m.proc.pid)
-                record("memfs", loader, measurement)
+                keep(target, loader, measurement)
             finally:
                 m.stop()
                 mounts.remove(m)
             try:
                 with open(sizes_path) as f:
-                    results["read_sizes"].setdefault("memfs", {})[loader] = json.load(f)
+                    results["read_sizes"].setdefault(target, {})[loader] = json.load(f)
             except (OSError, ValueError):
-                results["read_sizes"].setdefault("memfs", {})[loader] = None
+                results["read_sizes"].setdefault(target, {})[loader] = None
+
+        for loader in loaders:
+            probe_target = next((t for t in sources
+                                 if not t.endswith("-before") and loader in results["mounts"].get(t, {})), None)
+            probe = results["mounts"][probe_target][loader] if probe_target else {}
+            opened = (results["opened_at"].get(probe_target) or {}).get(loader) if probe_target else None
+            schedule = open_schedule(opened, probe.get("read_ahead_kb_at_mount"))
+            settings, extra = dict(probe), []
+            if schedule:
+                settings.pop("read_ahead_kb", None)
+                extra = ["--read-ahead-at-opens", ",".join(f"{kb}:{n}" for kb, n in schedule)]
+                results["memfs_schedule"][loader] = schedule
+            final = probe.get("read_ahead_kb")
+            for _ in range(args.rounds):
+                run_memfs(loader, "memfs", settings, extra)
+                if schedule and final is not None and any(kb != final for kb, _ in schedule):
+                    run_memfs(loader, "memfs-final", probe)
+        record_medians()
     finally:
         for m in mounts:
             m.stop()
@@ -876,9 +922,21 @@ def report(r, loaders):
                "max_background / congestion_threshold", fuse)
         for l in loaders:
             print(f"| {names[l]} | " + " | ".join(show(mounts.get(t, {}).get(l)) for t in fuse) + " |")
+        if r.get("opened_at"):
+            header("files opened, by the readahead they got (tensorfs stats)", tfs)
+            for l in loaders:
+                print(f"| {names[l]} | " + " | ".join(opened_text(r, t, l) for t in tfs) + " |")
     header("reader, GB/s (tensorfs: x memfs_ceiling)", targets)
     for l in loaders:
         print(f"| {names[l]} | " + " | ".join(vs_memfs(r["rates"], t, l) for t in targets) + " |")
+    passes = r.get("passes", {})
+    if passes:
+        print(f"\n{r.get('rounds')} passes of every reader on every mount; each figure is from the pass of median "
+              "rate. GB/s of the passes:")
+        for l in loaders:
+            cells = [f"{heads.get(t, t)} {' '.join(f'{v:.2f}' for v in passes[t][l])}"
+                     for t in [*targets, "memfs-final"] if l in passes.get(t, {})]
+            print(f"  {names[l]}: " + "; ".join(cells))
     header("CPU-s per GB of the FUSE server (tensorfs: x memfs_ceiling)", fuse)
     for l in loaders:
         print(f"| {names[l]} | " + " | ".join(vs_memfs(r["cpu"], t, l) for t in fuse) + " |")
@@ -931,10 +989,21 @@ def report(r, loaders):
 
     if "tensorfs-dir" in r["rates"]:
         ra = lambda t, l: (mounts.get(t, {}).get(l) or {}).get("read_ahead_kb")
-        print("\nTargets, loopback (tensorfs over the local directory, cold):")
+        print("\nTargets, loopback (tensorfs over the local directory, cold; memfs_ceiling's files opened at the "
+              "readahead tensorfs' files got, open by open):")
         for l in loaders:
-            line(f"{names[l]} / memfs_ceiling's GB/s (read_ahead_kb in force: tensorfs {ra('tensorfs-dir', l)}, "
-                 f"memfs_ceiling {ra('memfs', l)})", ratio(rate("tensorfs-dir", l), rate("memfs", l)), 0.8)
+            schedule = r.get("memfs_schedule", {}).get(l)
+            memfs_ra = (", ".join(f"{kb} KiB ({n} file{'s' if n != 1 else ''})" for kb, n in schedule)
+                        if schedule else ra("memfs", l))
+            line(f"{names[l]} / memfs_ceiling's GB/s (files opened at: tensorfs {opened_text(r, 'tensorfs-dir', l)}; "
+                 f"memfs_ceiling {memfs_ra})", ratio(rate("tensorfs-dir", l), rate("memfs", l)), 0.8)
+        for l in loaders:
+            final = rate("memfs-final", l)
+            if final is not None:
+                print(f"- {names[l]} / memfs_ceiling's GB/s at {ra('memfs-final', l)} KiB, the readahead tensorfs "
+                      f"set once it knew the reader: {fmt(ratio(rate('tensorfs-dir', l), final))} (reported: what "
+                      f"opening the files before the reader is known costs; memfs_ceiling {fmt(final)} GB/s there, "
+                      f"{fmt(rate('memfs', l))} at {ra('memfs', l)} KiB)")
         copy = (cc or {}).get("cpu_s_per_gb")
         for l in loaders:
             mem = r["cpu"].get("memfs", {}).get(l)
@@ -967,6 +1036,29 @@ def report(r, loaders):
         best = max([v for v in r["rates"].get("tensorfs-http", {}).values() if v is not None] or [0])
         if best >= 0.9 * http_server:
             print(f"- note: tensorfs' best rate {best:.2f} GB/s is at the server's ceiling ({http_server:.2f} GB/s)")
+
+
+def open_schedule(opened, at_mount_kb):
+    """[(KiB, files)] in the order a mount's files were opened at each readahead: from tensorfs'
+    files_opened_by_read_ahead ({bytes: files}), the value in force at mount first (the files opened
+    before anything was known of the reader), then the others, most files first. None without
+    stats."""
+    if not opened:
+        return None
+    counts = {int(k) >> 10: n for k, n in opened.items() if n}
+    first = [(at_mount_kb, counts.pop(at_mount_kb))] if at_mount_kb in counts else []
+    return first + sorted(counts.items(), key=lambda kv: -kv[1])
+
+
+def opened_text(r, target, loader):
+    """The readahead a tensorfs mount's files were opened at, from its stats: '128 KiB (8 files)',
+    '128 KiB (1 file), 1024 KiB (3 files)'; else the bdi's value when the reader was done."""
+    opened = (r.get("opened_at", {}).get(target) or {}).get(loader)
+    if not opened:
+        m = (r.get("mounts", {}).get(target) or {}).get(loader) or {}
+        return f"{m.get('read_ahead_kb')} when done"
+    return ", ".join(f"{int(k) >> 10} KiB ({n} file{'s' if n != 1 else ''})"
+                     for k, n in sorted(opened.items(), key=lambda kv: int(kv[0])))
 
 
 def readers_bound(r):

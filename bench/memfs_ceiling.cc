@@ -2,6 +2,7 @@
 // machine, as the benchmark's ceiling for warm and cold mmap loads.
 //
 //   memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB]
+//                 [--read-ahead-at-opens KB:N,KB:N,...]
 //                 [--max-background N] [--congestion-threshold N] [--read-sizes FILE]
 //                 MOUNTPOINT FILE...
 //
@@ -18,7 +19,11 @@
 // else. --max-background and --congestion-threshold set the connection's
 // values in the INIT reply (0, the default, leaves libfuse's), so that the
 // kernel queues requests to it as it does to the file system compared.
-// --read-sizes FILE counts every READ request by its size rounded up to a
+// --read-ahead-at-opens KB:N,... gives the files opened the readahead another
+// mount gave its files, in order: the first N opens at the first KB, the next
+// at the second, ..., the last KB from then on (a file keeps the readahead in
+// force when it is opened, so the mount's is set before each open is
+// answered). --read-sizes FILE counts every READ request by its size rounded up to a
 // power of two and writes the counts to FILE as a JSON object
 // ({"4096": n, ..., "1048576": n}, bytes as the key) once the session ends. Stays in the foreground with -f (the benchmark runs it that way to
 // read its peak RSS); otherwise daemonizes once mounted. Unmount with
@@ -67,6 +72,22 @@ std::vector<MemFile>* g_files = nullptr;
 // Set before the session starts; 0 leaves libfuse's value.
 unsigned g_max_background = 0;
 unsigned g_congestion_threshold = 0;
+
+// --read-ahead-at-opens: (KiB, opens) in order, and the mount's bdi file; set
+// before the session starts. The opens so far and the value last written.
+std::vector<std::pair<unsigned, uint64_t>> g_read_ahead_at_opens;
+std::string g_read_ahead_path;
+std::atomic<uint64_t> g_opens{0};
+std::atomic<unsigned> g_read_ahead_set{0};
+
+// The readahead the open numbered `n` (from 0) gets.
+unsigned ReadAheadAtOpen(uint64_t n) {
+  for (const auto& [kb, count] : g_read_ahead_at_opens) {
+    if (n < count) return kb;
+    n -= count;
+  }
+  return g_read_ahead_at_opens.back().first;
+}
 
 // READ requests by size rounded up to a power of two: bucket k holds the sizes
 // in (2^(k-1), 2^k]; the last one also holds anything larger.
@@ -188,6 +209,13 @@ void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     return;
   }
   fi->keep_cache = 1;
+  if (!g_read_ahead_at_opens.empty()) {
+    const unsigned kb = ReadAheadAtOpen(g_opens.fetch_add(1, std::memory_order_relaxed));
+    if (g_read_ahead_set.exchange(kb, std::memory_order_relaxed) != kb) {
+      std::ofstream out(g_read_ahead_path);
+      out << kb << '\n';
+    }
+  }
   fuse_reply_open(req, fi);
 }
 
@@ -205,7 +233,8 @@ void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info
 
 int Usage() {
   std::fprintf(stderr,
-               "usage: memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB] [--max-background N]\n"
+               "usage: memfs_ceiling [-f] [--threads N] [--clone-fd 0|1] [--read-ahead-kb KB]\n"
+               "                     [--read-ahead-at-opens KB:N,...] [--max-background N]\n"
                "                     [--congestion-threshold N] [--read-sizes FILE] MOUNTPOINT FILE...\n");
   return 2;
 }
@@ -213,6 +242,7 @@ int Usage() {
 // As tensorfs does: finds the mount's device in /proc/self/mountinfo (a stat()
 // would wait on this process) and writes /sys/class/bdi/DEV/read_ahead_kb.
 // `point` is resolved before mounting (afterwards it leads into this mount).
+// Keeps the file's path for --read-ahead-at-opens.
 void SetReadAhead(const std::string& point, unsigned kb) {
   if (kb == 0) return;
   std::ifstream in("/proc/self/mountinfo");
@@ -223,6 +253,8 @@ void SetReadAhead(const std::string& point, unsigned kb) {
     if ((fields >> id >> parent >> dev >> root >> mnt) && mnt == point) device = dev;
   }
   const std::string path = "/sys/class/bdi/" + device + "/read_ahead_kb";
+  if (!device.empty()) g_read_ahead_path = path;
+  g_read_ahead_set.store(kb, std::memory_order_relaxed);
   {
     std::ofstream out(path);
     out << kb << '\n';
@@ -258,6 +290,17 @@ int main(int argc, char** argv) {
       clone_fd = std::atoi(argv[++i]) != 0 ? 1 : 0;
     } else if (arg == "--read-ahead-kb" && i + 1 < argc) {
       read_ahead_kb = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
+    } else if (arg == "--read-ahead-at-opens" && i + 1 < argc) {
+      // KB:N,KB:N,...
+      std::istringstream list(argv[++i]);
+      std::string item;
+      while (std::getline(list, item, ',')) {
+        unsigned kb = 0;
+        unsigned long long count = 0;
+        if (std::sscanf(item.c_str(), "%u:%llu", &kb, &count) != 2 || kb == 0) return Usage();
+        g_read_ahead_at_opens.emplace_back(kb, count);
+      }
+      if (g_read_ahead_at_opens.empty()) return Usage();
     } else if (arg == "--max-background" && i + 1 < argc) {
       g_max_background = static_cast<unsigned>(std::max(0, std::atoi(argv[++i])));
     } else if (arg == "--congestion-threshold" && i + 1 < argc) {
@@ -321,7 +364,7 @@ int main(int argc, char** argv) {
     char resolved[PATH_MAX];
     const std::string point = realpath(mountpoint.c_str(), resolved) != nullptr ? resolved : mountpoint;
     if (fuse_session_mount(session, mountpoint.c_str()) == 0) {
-      SetReadAhead(point, read_ahead_kb);
+      SetReadAhead(point, g_read_ahead_at_opens.empty() ? read_ahead_kb : g_read_ahead_at_opens.front().first);
       if (fuse_daemonize(foreground ? 1 : 0) == 0) {
         fuse_loop_config* config = fuse_loop_cfg_create();
         fuse_loop_cfg_set_clone_fd(config, static_cast<unsigned>(clone_fd));

@@ -163,7 +163,12 @@ struct FuseHandlers {
     if (!status.ok()) return ReplyError(req, status);
     fi->keep_cache = 1;  // objects are immutable for the mount's life
     fi->noflush = 1;
-    fi->fh = Server(req).next_reader_.fetch_add(1, std::memory_order_relaxed);  // the engine tells readers apart by it
+    FuseServer& server = Server(req);
+    fi->fh = server.next_reader_.fetch_add(1, std::memory_order_relaxed);  // the engine tells readers apart by it
+    // The kernel gives the file the mount's readahead once this reply is in.
+    if (const uint64_t ra = server.read_ahead_in_force_.load(std::memory_order_relaxed); ra > 0) {
+      server.metrics_.CountOpen(ra);
+    }
     fuse_reply_open(req, fi);
   }
 
@@ -410,6 +415,7 @@ void FuseServer::SetReadahead(uint64_t bytes) {
   const int err = errno;
   out.close();
   std::optional<uint64_t> in_force = ReadKib(read_ahead_path_);
+  read_ahead_in_force_.store(in_force ? *in_force << 10 : 0, std::memory_order_relaxed);
   const std::string in_force_text = in_force ? std::to_string(*in_force) + " KiB" : std::string("unknown");
   if (!written) {
     warn("read_ahead=" + std::to_string(want_kib) + " KiB: cannot write " + read_ahead_path_ + " (" +

@@ -96,6 +96,9 @@ class FuseServer {
   std::atomic<uint64_t> next_reader_{1};  // the handle of the next file opened (0: no reader)
   std::string read_ahead_path_;  // the bdi's read_ahead_kb, once found (SetReadahead)
   bool read_ahead_warned_ = false;
+  // The readahead in force (bytes), as read back by SetReadahead; 0 until then
+  // (files opened meanwhile are not counted in metrics_.opens_by_read_ahead).
+  std::atomic<uint64_t> read_ahead_in_force_{0};
 
   friend struct FuseHandlers;
 };

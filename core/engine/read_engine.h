@@ -30,6 +30,9 @@
 //     for a copy whose extent its first reads show (memcpy reads the first
 //     page, the last, then the rest), the bytes in between at once and
 //     nothing past it.
+//   With -o shard=0/1 (shard_world 1: the host reads every tensor whole) no
+//   reader is unknown: each is served as a whole-tensor reader from its first
+//   read; with -o shard=R/N the windows of slice R are known from the first.
 // What a reader is doing is kept per reader (ReaderId: one open file), so
 // two processes reading one file, one a whole-tensor loader and one a slice
 // reader, each keep their own pattern; the slice patterns learned are shared

@@ -109,6 +109,11 @@ nlohmann::json Metrics::ToJson() const {
   nlohmann::json sizes = nlohmann::json::object();
   for (size_t i = 0; i < kReadSizeBuckets; ++i) sizes[std::to_string(4096ull << i)] = load(read_sizes[i]);
   j["fuse_read_sizes"] = std::move(sizes);
+  nlohmann::json opens = nlohmann::json::object();
+  for (size_t i = 0; i < kOpenReadaheadBuckets; ++i) {
+    if (const uint64_t n = load(opens_by_read_ahead[i]); n > 0) opens[std::to_string(4096ull << i)] = n;
+  }
+  j["files_opened_by_read_ahead"] = std::move(opens);
   return j;
 }
 

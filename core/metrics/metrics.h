@@ -110,6 +110,17 @@ struct Metrics {
     read_sizes[i].fetch_add(1, std::memory_order_relaxed);
   }
 
+  // Files opened, by the mount's readahead when they were (a file keeps the
+  // readahead it was opened with): index i counts values in (2^(11+i),
+  // 2^(12+i)] bytes, 4 KiB to 64 MiB; larger ones count in the last.
+  static constexpr size_t kOpenReadaheadBuckets = 15;
+  std::array<std::atomic<uint64_t>, kOpenReadaheadBuckets> opens_by_read_ahead{};
+  void CountOpen(uint64_t read_ahead) {
+    size_t i = 0;
+    while (i + 1 < kOpenReadaheadBuckets && (4096ull << i) < read_ahead) ++i;
+    opens_by_read_ahead[i].fetch_add(1, std::memory_order_relaxed);
+  }
+
   void CountError(ErrorCode code) { errors_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
 
   // {"read_requests": .., ..., "errors": {"UNAVAILABLE": n, ...},
@@ -117,7 +128,8 @@ struct Metrics {
   //  "retries": {"total": n, "by_cause": {"http_503": n, "connect": n, ...}, "resumed_bytes": n,
   //              "exhausted": n},
   //  "reads_failed_eio": n, "engine_inconsistencies": n,
-  //  "fuse_read_sizes": {"4096": n, "8192": n, ..., "1048576": n}}
+  //  "fuse_read_sizes": {"4096": n, "8192": n, ..., "1048576": n},
+  //  "files_opened_by_read_ahead": {"131072": n, ...}} (the sizes files were opened at, only those)
   nlohmann::json ToJson() const;
 };
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "core/options/mount_options.h"
 #include "tests/support/mount_fixture.h"
 
@@ -37,6 +39,14 @@ class ReadAheadMountTest : public ::testing::Test {
     auto mount = TensorfsMount::Start(src_.path(), args, &error);
     EXPECT_NE(mount, nullptr) << error;
     return mount;
+  }
+  // `tensorfs stats`' count of the files opened, by the readahead they were
+  // opened at.
+  static nlohmann::json OpenedAt(const std::string& mountpoint) {
+    auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    const nlohmann::json stats = nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
+    return stats.is_object() ? stats.value("files_opened_by_read_ahead", nlohmann::json()) : nlohmann::json();
   }
   TempDir src_;
 };
@@ -67,9 +77,23 @@ TEST_F(ReadAheadMountTest, ShardOptionSetsTheReadaheadBeforeTheFirstFile) {
   auto whole = Mount({"-o", "shard=0/1"});
   ASSERT_NE(whole, nullptr);
   EXPECT_EQ(ReadAheadKib(whole->path()), 1024) << whole->Log();
+  EXPECT_EQ(ReadWhole(whole->path() + "/f.bin").size(), 1u << 20);
+  EXPECT_EQ(OpenedAt(whole->path()), nlohmann::json({{"1048576", 1}}));
   auto slices = Mount({"-o", "shard=1/4"});
   ASSERT_NE(slices, nullptr);
   EXPECT_EQ(ReadAheadKib(slices->path()), 32) << slices->Log();
+  EXPECT_EQ(ReadWhole(slices->path() + "/f.bin").size(), 1u << 20);
+  EXPECT_EQ(ReadWhole(slices->path() + "/f.bin").size(), 1u << 20);
+  EXPECT_EQ(OpenedAt(slices->path()), nlohmann::json({{"32768", 2}}));
+}
+
+// The stats count each file opened at the readahead it was opened with.
+TEST_F(ReadAheadMountTest, StatsCountFilesOpenedByTheirReadahead) {
+  auto mount = Mount({});
+  ASSERT_NE(mount, nullptr);
+  EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json::object());
+  EXPECT_EQ(ReadWhole(mount->path() + "/f.bin").size(), 1u << 20);
+  EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json({{"131072", 1}}));
 }
 
 TEST_F(ReadAheadMountTest, ValueTheKernelRoundsIsAWarningNamingTheValueInForce) {
@@ -107,6 +131,22 @@ TEST_F(ReadAheadMountTest, MemfsCeilingReadAheadIsInForceAfterInit) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_EQ(ReadWhole(mnt.path() + "/f.bin").size(), 1u << 20);
   EXPECT_EQ(ReadAheadKib(mnt.path()), 16384) << result.output;
+  EXPECT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
+}
+
+// --read-ahead-at-opens gives the files the readahead another mount's files
+// got, open by open: the first at 128 KiB, the next two at 1 MiB, then 32 KiB.
+TEST_F(ReadAheadMountTest, MemfsCeilingGivesEachOpenItsReadahead) {
+  TempDir mnt;
+  const std::string command = std::string(TENSORFS_MEMFS_CEILING) + " --read-ahead-at-opens 128:1,1024:2,32:1 " +
+                              mnt.path() + " " + src_.path() + "/f.bin";
+  auto result = RunCommand(command);  // daemonizes once mounted
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(ReadAheadKib(mnt.path()), 128) << result.output;
+  for (int want : {128, 1024, 1024, 32, 32}) {
+    EXPECT_EQ(ReadWhole(mnt.path() + "/f.bin").size(), 1u << 20);
+    EXPECT_EQ(ReadAheadKib(mnt.path()), want);
+  }
   EXPECT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
 }
 #endif
