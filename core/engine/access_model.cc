@@ -182,10 +182,14 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
     // The kernel reading on past the end of one tensor (or around the start
     // of the next) into a neighbour tells nothing about the reader's slice.
-    // A small touch at a tensor's edge is the kernel reading around a
-    // neighbour (a header parsed, the tensor before), not a place the reader
-    // chose; made by a read across the edge, it is that read spilling over.
-    const bool edge = touch.range.length < tuning_.spill_max && (o.begin == o.tensor.begin || o.end == o.tensor.end);
+    // A small touch at a tensor's edge, or near it, is the kernel reading
+    // around a neighbour (a header parsed, the tensor before), not a place the
+    // reader chose: the readahead after a slice that ends with its tensor (the
+    // last rank's) goes on into the next tensor, its first read across the
+    // edge and the next ones inside. Made by a read across the edge, it is
+    // that read spilling over.
+    const bool edge = touch.range.length < tuning_.spill_max &&
+                      (o.begin < o.tensor.begin + tuning_.spill_max || o.end + tuning_.spill_max > o.tensor.end);
     const bool spill = touch.crossing && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {

@@ -134,6 +134,40 @@ TEST_F(ReaderStateTest, TwoWholeAndTwoSliceReadersInterleavedEachKeepTheirPatter
   InterleaveWholeAndSliceReaders(2, {0, 2}, 4);
 }
 
+// The last rank's slice ends with its tensor, so the kernel's readahead after
+// it goes on into the next tensor: a read across the edge, then reads inside
+// the next tensor's first pages. Those reads are not a place the reader chose:
+// taking them for one made its own rows of that tensor, read next, a "return
+// at another place", and the reader a scattered one that is never learned.
+TEST_F(ReaderStateTest, LastRanksReadaheadIntoTheNextTensorIsNoPlaceItChose) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  const ReaderId reader{300};
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{0, 8}});
+  const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
+  constexpr uint64_t kWorld = 4;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpan& t = tensors[i];
+    if (t.rows() < kWorld) continue;
+    const ByteRange rows = Rows(t, kWorld - 1, kWorld);
+    for (const ByteRange& r : KernelReads(rows.offset, rows.end())) {
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, r});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    // The readahead's next window, inside the next tensor past the read
+    // across the edge.
+    if (i + 1 < tensors.size() && tensors[i + 1].size() > kRead) {
+      const uint64_t at = (tensors[i + 1].begin + kRead / 2 + kPage - 1) & ~(kPage - 1);
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{at, kRead / 2}});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  const SlicePattern want{.lo_num = kWorld - 1, .hi_num = kWorld, .den = kWorld};
+  const std::vector<SlicePattern> learned = engine.SlicePatterns();
+  EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) { return p.SameSlice(want); }))
+      << "rank 3 of 4 not learned";
+}
+
 // What the engine learns of its readers sets the readahead of the files
 // opened next (readahead_policy.h), handed to the sink the mount gives.
 class ReadaheadSinkTest : public ReaderStateTest {
