@@ -104,11 +104,7 @@ struct Metrics {
   // (the largest, max_read); smaller ones count in the first, larger in the last.
   static constexpr size_t kReadSizeBuckets = 9;
   std::array<std::atomic<uint64_t>, kReadSizeBuckets> read_sizes{};
-  void CountReadSize(uint64_t size) {
-    size_t i = 0;
-    while (i + 1 < kReadSizeBuckets && (4096ull << i) < size) ++i;
-    read_sizes[i].fetch_add(1, std::memory_order_relaxed);
-  }
+  void CountReadSize(uint64_t size) { read_sizes[PageBucket(size, kReadSizeBuckets)].fetch_add(1, std::memory_order_relaxed); }
 
   // Files opened, by the mount's readahead when they were (a file keeps the
   // readahead it was opened with): index i counts values in (2^(11+i),
@@ -116,9 +112,16 @@ struct Metrics {
   static constexpr size_t kOpenReadaheadBuckets = 15;
   std::array<std::atomic<uint64_t>, kOpenReadaheadBuckets> opens_by_read_ahead{};
   void CountOpen(uint64_t read_ahead) {
+    opens_by_read_ahead[PageBucket(read_ahead, kOpenReadaheadBuckets)].fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // The bucket of `value` rounded up to a power of two from 4 KiB: i holds
+  // (2^(11+i), 2^(12+i)], the first also what is smaller, the last of
+  // `buckets` also what is larger.
+  static size_t PageBucket(uint64_t value, size_t buckets) {
     size_t i = 0;
-    while (i + 1 < kOpenReadaheadBuckets && (4096ull << i) < read_ahead) ++i;
-    opens_by_read_ahead[i].fetch_add(1, std::memory_order_relaxed);
+    while (i + 1 < buckets && (4096ull << i) < value) ++i;
+    return i;
   }
 
   void CountError(ErrorCode code) { errors_by_code[static_cast<size_t>(code)].fetch_add(1, std::memory_order_relaxed); }
