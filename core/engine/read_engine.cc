@@ -408,6 +408,11 @@ void ReadEngine::Prefetch(const ObjectInfo& object, ByteRange range, std::option
   planner_.PrefetchRange(state, range, within);
 }
 
+bool ReadEngine::HasDerived(const ChunkKey& key) {
+  MutexLock lock(mu_);
+  return cache_.FindDerived(key).has_value();
+}
+
 void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) {
   std::shared_ptr<const Chunk> cached;
   ExtentId id = 0;  // of the entry this call computes

@@ -199,6 +199,9 @@ class ReadEngine final : private FetchPlanner::Host {
   // Derived chunks are found by `key` alone, apart from stored objects'
   // extents. `done` is called exactly once, on any thread.
   void ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn& derive, ChunkWaiter done) EXCLUDES(mu_);
+  // Whether the derived chunk `key` is cached or being computed: its source
+  // bytes need no prefetch (they may already have been used and dropped).
+  bool HasDerived(const ChunkKey& key) EXCLUDES(mu_);
 
   // Starts fetching the head (header and start of data) of `object`, so that a
   // loader opening many shards finds their headers in memory.

@@ -222,7 +222,14 @@ uint64_t ViewReader::PrefetchSources(const ViewFile& file, uint64_t from, uint64
       at = e.offset + e.length;  // the scales come from the same source as the codes before them
     } else if (e.kind == Extent::Kind::kTransform) {
       const TensorTransform& t = *e.transform;
-      const uint64_t s0 = SegmentAt(t, e.part, begin);
+      // Segments computed or being computed need no source bytes: those of
+      // the one being read may already have been used and dropped.
+      uint64_t s0 = SegmentAt(t, e.part, begin);
+      while (s0 < t.segments() && engine_.HasDerived(DerivedKey(t, s0))) ++s0;
+      if (s0 == t.segments()) {
+        at = e.offset + e.length;
+        continue;
+      }
       uint64_t s1 = s0;
       uint64_t bytes = t.SourceRange(s0).length;
       while (s1 + 1 < t.segments() && bytes < source_budget) bytes += t.SourceRange(++s1).length;

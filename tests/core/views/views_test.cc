@@ -35,11 +35,14 @@ std::vector<std::string> Names(const std::vector<DirEntry>& entries) {
 
 class ViewsTest : public ::testing::Test {
  protected:
-  void Mount(std::vector<ViewKind> kinds = {kAllViews.begin(), kAllViews.end()}, uint64_t segment_bytes = 4 << 20) {
+  // consumed_keep: bytes of chunks the reads consumed that stay cached (a
+  // mount over a local directory keeps one chunk's).
+  void Mount(std::vector<ViewKind> kinds = {kAllViews.begin(), kAllViews.end()}, uint64_t segment_bytes = 4 << 20,
+             uint64_t consumed_keep = 64 << 20) {
     engine_ = std::make_unique<ReadEngine>(recorded_,
                                            EngineOptions{.chunk_size = 64 << 10, .cache_size = 64 << 20,
                                                          .max_fetches = 4, .prefetch_window = 1 << 20,
-                                                         .head_size = 128 << 10},
+                                                         .head_size = 128 << 10, .consumed_keep = consumed_keep},
                                            metrics_);
     ns_ = std::make_unique<Namespace>(
         recorded_, *engine_,
@@ -329,6 +332,31 @@ TEST_F(ViewsTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) {
     const uint64_t fetched = metrics_.bytes_fetched.load() - before;
     EXPECT_GE(fetched, layer_bytes) << view;
     EXPECT_LE(fetched, layer_bytes * 11 / 10) << view << ": fetched " << fetched << " for a layer of " << layer_bytes;
+    ns_.reset();
+    engine_.reset();
+  }
+}
+
+// A quantized tensor's segment is computed from its source bytes, which are
+// then consumed and dropped. A reader still inside that segment tops up its
+// window from where it reads: the segment's source bytes are not fetched
+// again (they were, when the segment was larger than the window or its
+// compute had finished before the top-up).
+TEST_F(ViewsTest, QuantizedLayerFileReadInOrderFetchesEachSourceByteOnce) {
+  testing::ModelSpec spec{.layers = 2, .hidden = 512, .intermediate = 2048, .vocab = 512, .dtype = Dtype::BF16};
+  Put(spec, 1);
+  uint64_t layer_bytes = 0;
+  for (const auto& t : testing::ModelTensors(spec)) {
+    if (t.name.starts_with("model.layers.1.")) layer_bytes += t.size();
+  }
+  for (const std::string view : {"splitted_model.4bit", "splitted_model.8bit"}) {
+    Mount({ViewKind::kSplit4bit, ViewKind::kSplit8bit}, /*segment_bytes=*/2 << 20, /*consumed_keep=*/64 << 10);
+    ASSERT_TRUE(ns_->ReadDir(Path("m/" + view)).ok());
+    WaitIdle();
+    const uint64_t before = metrics_.bytes_fetched.load();
+    ASSERT_TRUE(ReadAll(Path("m/" + view + "/model.layers.1.safetensors")).ok());
+    WaitIdle();
+    EXPECT_EQ(metrics_.bytes_fetched.load() - before, layer_bytes) << view;
     ns_.reset();
     engine_.reset();
   }
