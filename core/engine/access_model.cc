@@ -98,6 +98,9 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // read in between: likely the start of a copy of the whole tensor (told
     // for sure once the first touch grows; a reader of the first slice of the
     // next tensor makes the same read), so this read's chunk comes whole.
+    // Unless a known pattern's windows hold both touches: then it is that
+    // reader (rank 0) at the next tensor's window, after the header's
+    // read-around touched this one's start.
     if (k == static_cast<size_t>(first) && t.size() >= tuning_.copy_min && it->first_read == access.clock &&
         it->range.end() == t.end) {
       int others = 0;
@@ -108,7 +111,8 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         head = &x;
       }
       whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= access.clock &&
-                  head->range.length <= tuning_.copy_tail_max;
+                  head->range.length <= tuning_.copy_tail_max &&
+                  !NextWindowsFirstPage(plan, k, head->range, it->range);
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
       const Touch* tail = nullptr;
@@ -120,10 +124,13 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       }
       // A later touch at a known slice reader's window is that reader's first
       // page, not a copy's last (the first touch was then the kernel reading
-      // around the header, its readahead arriving late).
+      // around the header, its readahead arriving late). Nor is one at the
+      // tensor's end next to the following tensor's window while the first
+      // touch is still in that pattern's window here: that is a slice reader
+      // (rank 0) at its next window, its readahead of this one arriving late.
       if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
           tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
-          !NearKnownWindow(plan, k, tail->range)) {
+          !NearKnownWindow(plan, k, tail->range) && !NextWindowsFirstPage(plan, k, it->range, tail->range)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
@@ -284,6 +291,17 @@ bool AccessModel::IsNear(ByteRange window, ByteRange range) const {
 bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const {
   return std::any_of(patterns_.begin(), patterns_.end(),
                      [&](const ActivePattern& p) { return IsNear(WindowOf(plan, p.pattern, index), range); });
+}
+
+bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail) const {
+  const std::vector<TensorSpan>& tensors = plan.tensors();
+  return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+    if (!IsNear(WindowOf(plan, p.pattern, index), head)) return false;
+    for (size_t k = index + 1; k < tensors.size() && tensors[k].begin < tail.end() + tuning_.near_window; ++k) {
+      if (IsNear(WindowOf(plan, p.pattern, k), tail)) return true;
+    }
+    return false;
+  });
 }
 
 ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index) const {

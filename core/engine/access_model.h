@@ -127,6 +127,10 @@ class AccessModel {
   bool IsNear(ByteRange window, ByteRange range) const;
   // Whether `range` of tensor `index` is near a known pattern's window of it.
   bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const;
+  // Whether, for a known pattern, `head` (a touch of tensor `index`) is near
+  // its window of that tensor and `tail` (a touch at the tensor's end) near its
+  // window of a tensor that follows.
+  bool NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail) const;
 
   const Tuning& tuning_;
   const uint64_t slice_readahead_;

@@ -227,6 +227,90 @@ TEST_F(ReadaheadSinkTest, ShardZeroOfOneGivesTheWholeReadaheadFromTheStart) {
   EXPECT_TRUE(engine.SlicePatterns().empty());
 }
 
+// Rank 0's slice ends inside its tensor, and the kernel's last readahead of
+// it may come after its read around the next tensor's first page (FUSE
+// requests run on several threads; the readahead is asynchronous). That read
+// touches the end of the tensor before, whose start then grows: no copy of the
+// whole tensor (its first page, its last, then the rest), but the first page
+// of the reader's next window. Taken for a copy, the reader was a whole one
+// and the files opened next got the whole readers' readahead.
+TEST_F(ReadaheadSinkTest, FirstRanksLateReadaheadAfterTheNextTensorIsNoCopyOfTheWholeTensor) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  const ReaderId reader{300};
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{0, 8}});
+  const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
+  constexpr uint64_t kWorld = 4;
+  std::vector<std::vector<ByteRange>> per_tensor;
+  for (const TensorSpan& t : tensors) {
+    if (t.rows() < kWorld) continue;
+    // The read around the slice's first page, then the readahead in order,
+    // its last window past the slice's end.
+    const ByteRange rows = Rows(t, 0, kWorld);
+    std::vector<ByteRange>& reads = per_tensor.emplace_back();
+    const uint64_t first = (rows.offset > kRead / 2 ? rows.offset - kRead / 2 : 0) & ~(kPage - 1);
+    for (uint64_t at = first; at < rows.end(); at += kRead) reads.push_back(ByteRange{at, kRead});
+  }
+  // Each slice's last read comes after the next slice's first.
+  for (size_t i = 0; i + 1 < per_tensor.size(); ++i) std::swap(per_tensor[i].back(), per_tensor[i + 1].front());
+  for (const std::vector<ByteRange>& reads : per_tensor) {
+    for (const ByteRange& r : reads) {
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, r});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  const SlicePattern want{.lo_num = 0, .hi_num = 1, .den = kWorld};
+  const std::vector<SlicePattern> learned = engine.SlicePatterns();
+  EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) { return p.SameSlice(want); }))
+      << "rank 0 of 4 not learned";
+  EXPECT_EQ(std::count(applied_.begin(), applied_.end(), ReadaheadPolicy::kWholeDefault), 0)
+      << "taken for a whole-tensor reader";
+}
+
+// A loader reading its slices in a shuffled order opens a file: the header's
+// read-around touches the first tensor's start, and its next read is around
+// the first page of a later tensor's window, which touches the first tensor's
+// end. Both are in rank 0's windows: no copy of the whole first tensor begun
+// (its first page, then its last), whose last chunk would come whole.
+TEST_F(ReaderStateTest, FirstRanksNextWindowAfterTheHeaderIsNoCopyOfTheTensorBefore) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{1}, ByteRange{0, 8}});
+  const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
+  constexpr uint64_t kWorld = 4;
+  // Rank 0's pattern, learned from a first reader's slices of the first tensors.
+  size_t k = 0;
+  for (; engine.SlicePatterns().empty() && k < tensors.size(); ++k) {
+    if (tensors[k].rows() < kWorld) continue;
+    const ByteRange rows = Rows(tensors[k], 0, kWorld);
+    for (const ByteRange& r : KernelReads(rows.offset, rows.end())) {
+      Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{100}, r});
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  ASSERT_FALSE(engine.SlicePatterns().empty());
+  // Two large tensors in a row, not read yet.
+  while (k + 1 < tensors.size() && (tensors[k].size() < (2 << 20) || tensors[k + 1].size() < (2 << 20))) ++k;
+  ASSERT_LT(k + 1, tensors.size());
+  const TensorSpan& t = tensors[k];
+  const ReaderId reader{200};
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.begin - kRead / 2, kRead}});
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.end - kRead / 2, kRead}});
+  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // Past rank 0's window and its margins, short of the read at the end (its
+  // pieces start at a page).
+  const uint64_t beyond = t.begin + t.size() / kWorld + (512 << 10);
+  const uint64_t beyond_end = (t.end - kRead / 2) & ~(kPage - 1);  // where the read at the end starts
+  uint64_t fetched = 0;
+  for (const RecordedRead& r : store.reads()) {
+    const uint64_t b = std::max(r.offset, beyond);
+    const uint64_t e = std::min(r.offset + r.length, beyond_end);
+    if (b < e) fetched += e - b;
+  }
+  EXPECT_EQ(fetched, 0u) << "tensor " << k << " fetched past rank 0's window: taken for a whole-tensor copy";
+}
+
 // The first tensor a reader copies, read from its start in order (a copy too
 // large for memcpy to touch its last page first): until the reader is known it
 // may be rank 0 of a sliced job, and the tensor comes in pieces ahead of it, as
