@@ -24,9 +24,10 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 
 // Whether rows lo/den..hi/den explain `o`: the reader touched the core (give or
 // take two rows and a page, for loaders that split rows differently) and at
-// most kMaxMargin / 2 on either side, and in all no more than the core. A core
-// smaller than the kernel's read-around explains nothing: such a slice cannot
-// be told from what the kernel reads around other readers' pages.
+// most kMaxMargin / 2 on either side, and in all no more than the core or than
+// the kernel reads around a slice, whichever is more. A core smaller than the
+// kernel's read-around explains nothing: such a slice cannot be told from what
+// the kernel reads around other readers' pages.
 }  // namespace
 
 bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
@@ -37,7 +38,10 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   if (o.end + tol < core.end() || o.end > core.end() + tuning_.max_margin / 2) return false;
   *before = core.offset > o.begin ? core.offset - o.begin : 0;
   *after = o.end > core.end() ? o.end - core.end() : 0;
-  return *before + *after <= core.length;
+  // What the kernel reads around a slice: the read-around of its first page
+  // before it, up to two readahead windows past its last.
+  const uint64_t kernel = tuning_.read_around_half + 2 * tuning_.readahead;
+  return *before + *after <= std::max(core.length, kernel);
 }
 
 SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world, const Tuning& tuning) {

@@ -67,6 +67,28 @@ TEST(SlicePatternTest, LearnsTheReadersOwnFractionNotANarrowerNeighbour) {
   EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 2, .hi_num = 3, .den = 8})) << learned->ToString();
 }
 
+// A slice smaller than what the kernel reads around it: rank 1 of 8 of a
+// 1.5 MiB tensor is 192 KiB, and the kernel read 65 KiB before it and 251 KiB
+// past it. Its own fraction explains it (the read-around of the first page,
+// two readahead windows past the last), as it does the larger tensors: a
+// wider fraction (rows 9/78..22/78) that fitted all three because its margins
+// stayed within its core must not win.
+TEST(SlicePatternTest, LearnsAFractionWhoseSmallestSliceIsLessThanTheKernelReadsAroundIt) {
+  // Reads of rank 1 of 8 as a mount saw them (bf16, hidden 1536, in the order read).
+  const TensorSpan k_proj{10000000, 10000000 + 1572864, 3072};
+  const TensorSpan o_proj{20000000, 20000000 + 4718592, 3072};
+  const TensorSpan up_proj{30000000, 30000000 + 7864320, 5120};
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  for (const SliceObservation& o : {SliceObservation{k_proj, k_proj.begin + 130040, k_proj.begin + 650232},
+                                    SliceObservation{o_proj, o_proj.begin + 523256, o_proj.begin + 1436664},
+                                    SliceObservation{up_proj, up_proj.begin + 917496, up_proj.begin + 2215928}}) {
+    if (!learned) learned = learner.Observe(o);
+  }
+  ASSERT_TRUE(learned.has_value());
+  EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 1, .hi_num = 2, .den = 8})) << learned->ToString();
+}
+
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   SliceLearner learner;
   std::optional<SlicePattern> learned;
