@@ -321,9 +321,12 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       } else if (r.clock.presumed_whole && mode != Mode::kWhole) {
         mode = Mode::kWhole;
       }
+      // A read near a pattern's window is that pattern's reader too (the
+      // kernel reading around its slice): its sweep starts now, and its windows
+      // take the margins of the readahead the files opened next get.
       if (reader->reads < reader->whole_until) {
         SetKind(r, ReadaheadPolicy::Kind::kWhole);
-      } else if (mode == Mode::kSlice) {
+      } else if (mode == Mode::kSlice || mode == Mode::kNearSlice) {
         SetKind(r, ReadaheadPolicy::Kind::kSlice);
       }
     }

@@ -203,6 +203,30 @@ TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWh
   EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceDefault);
 }
 
+// A reader whose first read after its pattern was learned falls near a window
+// rather than in it (the kernel reading around its slice; a shuffled loader's
+// next tensor) starts that pattern's sweep: it is a slice reader from then on,
+// so that the files opened next, and the windows swept meanwhile, are those
+// of the slice readahead.
+TEST_F(ReadaheadSinkTest, ReadNearAKnownWindowMakesASliceReader) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  ReadInterleaved(engine, 0, {1}, 4, /*first_reader=*/100);
+  engine.ReleaseReader(ReaderId{100});
+  ReadInterleaved(engine, 1, {}, 4, /*first_reader=*/200);
+  engine.ReleaseReader(ReaderId{200});
+  ASSERT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
+  const std::vector<TensorSpan> tensors = engine.PlanOf(checkpoint_.shard.id())->tensors();
+  const std::vector<SlicePattern> learned = engine.SlicePatterns();
+  ASSERT_EQ(learned.size(), 1u);
+  const TensorSpan& t = tensors[1];
+  const uint64_t window_begin = learned[0].Window(t, 0, UINT64_MAX).offset;
+  Read(engine, checkpoint_.shard, checkpoint_.source,
+       KernelRead{ReaderId{300}, ByteRange{window_begin - 4 * kPage, kPage}});
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceDefault);
+}
+
 TEST_F(ReadaheadSinkTest, ShardGivesTheSliceReadaheadFromTheStart) {
   ControlledStore store(checkpoint_.memory, /*hold=*/false);
   EngineOptions o = Options();
