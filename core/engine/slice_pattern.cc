@@ -23,9 +23,10 @@ uint64_t MulDivUp(uint64_t a, uint64_t b, uint64_t c) {
 std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 
 // Whether rows lo/den..hi/den explain `o`: the reader touched the core (give or
-// take two rows and a page, for loaders that split rows differently) and at
-// most kMaxMargin / 2 on either side, and in all no more than the core or than
-// the kernel reads around a slice, whichever is more. A core smaller than the
+// take two rows and a page, for loaders that split rows differently), at most
+// twice the read-around's half before it and max_margin / 2 past it, and in
+// all no more than the core or than the kernel reads around a slice,
+// whichever is more. A core smaller than the
 // kernel's read-around explains nothing: such a slice cannot be told from what
 // the kernel reads around other readers' pages.
 }  // namespace
@@ -34,7 +35,9 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   const ByteRange core = p.Core(o.tensor);
   if (core.length < tuning_.read_around_half) return false;
   const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
-  if (o.begin > core.offset + tol || core.offset > o.begin + tuning_.max_margin / 2) return false;
+  // Before the slice the kernel reads the read-around of its first page (a
+  // page or two more where the reader's copy did not start at the slice).
+  if (o.begin > core.offset + tol || core.offset > o.begin + 2 * tuning_.read_around_half) return false;
   if (o.end + tol < core.end() || o.end > core.end() + tuning_.max_margin / 2) return false;
   *before = core.offset > o.begin ? core.offset - o.begin : 0;
   *after = o.end > core.end() ? o.end - core.end() : 0;
@@ -118,10 +121,11 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     const SliceObservation& r = recent_[i];
     const double s = static_cast<double>(r.tensor.size());
     const double slack = static_cast<double>(4 * r.tensor.row_bytes + kPage + 1);
+    const double before = static_cast<double>(2 * tuning_.read_around_half + 2 * r.tensor.row_bytes + 1);
     const double half = static_cast<double>(tuning_.max_margin / 2 + 2 * r.tensor.row_bytes + 1);
     const double rb = static_cast<double>(r.begin - r.tensor.begin);
     const double re = static_cast<double>(r.end - r.tensor.begin);
-    bounds[i] = Bounds{(rb - slack) / s, (rb + half) / s, (re - half) / s, (re + slack) / s};
+    bounds[i] = Bounds{(rb - slack) / s, (rb + before) / s, (re - half) / s, (re + slack) / s};
   }
   // Every candidate explains `o` (the last one remembered): an observation
   // whose bounds share no fraction with its bounds supports none of them.

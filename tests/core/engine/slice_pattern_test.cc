@@ -89,6 +89,34 @@ TEST(SlicePatternTest, LearnsAFractionWhoseSmallestSliceIsLessThanTheKernelReads
   EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 1, .hi_num = 2, .den = 8})) << learned->ToString();
 }
 
+// Before a slice the kernel reads only the read-around of its first page
+// (64 KiB at the default readahead). Rank 1 of 16 read in a shuffled order saw
+// no tensor large enough to tell 1/16 from its neighbours; a fraction whose
+// rows start 176 KiB into what was read (rows 1/13..2/13) explained the three
+// and was learned, and its windows fetched a third more than the reader
+// needed.
+TEST(SlicePatternTest, LearnedRowsStartWithinTheReadAroundOfWhatWasRead) {
+  // Reads of rank 1 of 16 as a mount saw them (bf16, hidden 1536, in the order read).
+  const TensorSpan k_proj{10000000, 10000000 + 1572864, 3072};
+  const TensorSpan o_proj{20000000, 20000000 + 4718592, 3072};
+  const TensorSpan down_proj{30000000, 30000000 + 7864320, 5120};
+  const std::vector<SliceObservation> seen = {
+      SliceObservation{k_proj, k_proj.begin + 31736, k_proj.begin + 420856},
+      SliceObservation{o_proj, o_proj.begin + 228344, o_proj.begin + 748536},
+      SliceObservation{down_proj, down_proj.begin + 425976, down_proj.begin + 1200120}};
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  for (const SliceObservation& o : seen) {
+    if (!learned) learned = learner.Observe(o);
+  }
+  ASSERT_TRUE(learned.has_value());
+  for (const SliceObservation& o : seen) {
+    EXPECT_LE(learned->Core(o.tensor).offset, o.begin + (128 << 10)) << learned->ToString();
+    EXPECT_GE(learned->Core(o.tensor).end() + 2 * o.tensor.row_bytes + 4096, o.end - (512 << 10))
+        << learned->ToString();
+  }
+}
+
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   SliceLearner learner;
   std::optional<SlicePattern> learned;
