@@ -1,12 +1,21 @@
 #include "core/engine/read_trace.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <string>
 
 namespace tensorfs {
 
-StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path) {
+StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path_asked) {
+  std::string path = path_asked;
+  for (size_t at = path.find("%p"); at != std::string::npos; at = path.find("%p", at)) {
+    const std::string pid = std::to_string(::getpid());
+    path.replace(at, 2, pid);
+    at += pid.size();
+  }
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) {
     return InvalidArgumentError("cannot write the read trace " + path + ": " + std::strerror(errno));

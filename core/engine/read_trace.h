@@ -3,6 +3,8 @@
 // the engine in a test and the range requests it makes compared (see
 // tests/core/engine/trace_replay_test.cc). Enabled by EngineOptions::trace_reads
 // (the mount sets it from TENSORFS_TRACE_READS); off, it costs one branch a read.
+// A "%p" in the path becomes the process id, so that several mounts on one
+// machine (the hosts of a sharded job) each write their own trace.
 //
 // Format, text:
 //   # tensorfs read trace 2
@@ -45,7 +47,8 @@ struct TracedRead {
 
 class ReadTrace {
  public:
-  // Opens (truncates) `path`; the message names the path when it cannot.
+  // Opens (truncates) `path`, its "%p" replaced by the process id; the
+  // message names the path when it cannot.
   static StatusOr<std::unique_ptr<ReadTrace>> Open(const std::string& path);
   ~ReadTrace();
   ReadTrace(const ReadTrace&) = delete;

@@ -1,7 +1,13 @@
-// engine_trace_replay TRACE [--merge-readers]: replays a read trace through the
-// engine (see trace_replay.h) and prints the range requests it made, one a
-// line, for the expected-request files next to the traces.
+// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--debug]:
+// replays a read trace through the engine (see trace_replay.h) and prints the
+// range requests it made, one a line, for the expected-request files next to
+// the traces. --checkpoint: the objects are DIR's files (a trace recorded on
+// another checkpoint than the traces' own, tensorfs-testdata's output say);
+// --debug: the engine's debug log (what it learned of each reader) on stdout.
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,12 +16,29 @@
 
 int main(int argc, char** argv) {
   using namespace tensorfs;
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers]\n");
+  bool merge = false;
+  std::string checkpoint;
+  std::string trace;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--merge-readers") {
+      merge = true;
+    } else if (arg == "--debug") {
+      spdlog::set_level(spdlog::level::debug);
+    } else if (arg == "--checkpoint" && i + 1 < argc) {
+      checkpoint = argv[++i];
+    } else if (trace.empty() && !arg.starts_with("--")) {
+      trace = arg;
+    } else {
+      trace.clear();
+      break;
+    }
+  }
+  if (trace.empty()) {
+    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--debug]\n");
     return 2;
   }
-  const bool merge = argc > 2 && std::string(argv[2]) == "--merge-readers";
-  std::ifstream in(argv[1]);
+  std::ifstream in(trace);
   std::stringstream text;
   text << in.rdbuf();
   StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(text.str());
@@ -24,10 +47,25 @@ int main(int argc, char** argv) {
     return 1;
   }
   testing::MemoryStore memory;
-  auto files = testing::BuildCheckpointFiles(testing::TraceCheckpointSpec(),
-                                             {.num_shards = testing::kTraceCheckpointShards});
-  if (!files.ok()) return 1;
-  for (auto& [name, bytes] : *files) memory.Put(name, bytes);
+  if (!checkpoint.empty()) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(checkpoint, error)) {
+      if (!entry.is_regular_file()) continue;
+      std::ifstream file(entry.path(), std::ios::binary);
+      std::stringstream bytes;
+      bytes << file.rdbuf();
+      memory.Put(entry.path().filename().string(), bytes.str());
+    }
+    if (error) {
+      std::fprintf(stderr, "cannot list %s: %s\n", checkpoint.c_str(), error.message().c_str());
+      return 1;
+    }
+  } else {
+    auto files = testing::BuildCheckpointFiles(testing::TraceCheckpointSpec(),
+                                               {.num_shards = testing::kTraceCheckpointShards});
+    if (!files.ok()) return 1;
+    for (auto& [name, bytes] : *files) memory.Put(name, bytes);
+  }
   std::string error;
   for (const auto& r : testing::ReplayTrace(memory, *reads, merge, &error)) std::printf("%s\n", r.ToString().c_str());
   if (!error.empty()) {

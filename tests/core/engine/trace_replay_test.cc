@@ -4,6 +4,8 @@
 // its state was kept per reader (`<trace>.base`, written by that engine), and
 // against the requests it makes now (`<trace>.readers`), so a change of
 // behaviour shows as a failing test and an updated file.
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -12,6 +14,7 @@
 #include <sstream>
 
 #include "tests/core/engine/trace_replay.h"
+#include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
 namespace {
@@ -122,6 +125,19 @@ TEST(ReadTraceFormatTest, AMalformedLineIsNamed) {
     ASSERT_FALSE(parsed.ok()) << line;
     EXPECT_NE(parsed.status().message().find("line 2"), std::string::npos) << parsed.status().ToString();
   }
+}
+
+// Several mounts on one machine (a sharded job's hosts) each write their own
+// trace: "%p" in the path is the process id.
+TEST(ReadTraceFormatTest, PercentPInThePathIsTheProcessId) {
+  testing::TempDir dir;
+  StatusOr<std::unique_ptr<ReadTrace>> trace = ReadTrace::Open(dir.path() + "/trace.%p.txt");
+  ASSERT_TRUE(trace.ok()) << trace.status().ToString();
+  (*trace)->Record(TracedRead{.reader = 1, .offset = 0, .length = 4096, .object = "a.safetensors"});
+  trace->reset();
+  const fs::path written = fs::path(dir.path()) / ("trace." + std::to_string(::getpid()) + ".txt");
+  ASSERT_TRUE(fs::exists(written));
+  EXPECT_EQ(Slurp(written), "# tensorfs read trace 2\n1 0 4096 kd a.safetensors\n");
 }
 
 // The reads of all readers taken as one reader's, as the engine took them
