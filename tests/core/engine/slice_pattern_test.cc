@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <vector>
 
 namespace tensorfs {
@@ -30,6 +31,16 @@ SliceObservation Observed(const TensorSpan& t, uint64_t rank, uint64_t world, ui
                           std::min(t.end, (end + after + 4095) & ~uint64_t{4095})};
 }
 
+// What a learner makes of `seen`, observed in order until a pattern comes.
+std::optional<SlicePattern> LearnFrom(const std::vector<SliceObservation>& seen) {
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  for (const SliceObservation& o : seen) {
+    if (!learned) learned = learner.Observe(o);
+  }
+  return learned;
+}
+
 TEST(SlicePatternTest, LearnsTheRowFractionFromAFewTensorsOfDifferentSizes) {
   for (uint64_t world : {2u, 4u, 8u, 16u}) {
     for (uint64_t rank : {uint64_t{0}, world / 2, world - 1}) {
@@ -56,13 +67,10 @@ TEST(SlicePatternTest, LearnsTheReadersOwnFractionNotANarrowerNeighbour) {
   const TensorSpan mlp{1000000, 1000000 + 23040000, 9600};
   const TensorSpan attn1{50000000, 50000000 + 11520000, 4800};
   const TensorSpan attn2{70000000, 70000000 + 11520000, 4800};
-  SliceLearner learner;
-  std::optional<SlicePattern> learned;
-  for (const SliceObservation& o : {SliceObservation{mlp, mlp.begin + 5693064, mlp.begin + 8707720},
-                                    SliceObservation{attn1, attn1.begin + 2811464, attn1.begin + 4511304},
-                                    SliceObservation{attn2, attn2.begin + 2811400, attn2.begin + 4503048}}) {
-    if (!learned) learned = learner.Observe(o);
-  }
+  const std::optional<SlicePattern> learned =
+      LearnFrom({SliceObservation{mlp, mlp.begin + 5693064, mlp.begin + 8707720},
+                 SliceObservation{attn1, attn1.begin + 2811464, attn1.begin + 4511304},
+                 SliceObservation{attn2, attn2.begin + 2811400, attn2.begin + 4503048}});
   ASSERT_TRUE(learned.has_value());
   EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 2, .hi_num = 3, .den = 8})) << learned->ToString();
 }
@@ -78,13 +86,10 @@ TEST(SlicePatternTest, LearnsAFractionWhoseSmallestSliceIsLessThanTheKernelReads
   const TensorSpan k_proj{10000000, 10000000 + 1572864, 3072};
   const TensorSpan o_proj{20000000, 20000000 + 4718592, 3072};
   const TensorSpan up_proj{30000000, 30000000 + 7864320, 5120};
-  SliceLearner learner;
-  std::optional<SlicePattern> learned;
-  for (const SliceObservation& o : {SliceObservation{k_proj, k_proj.begin + 130040, k_proj.begin + 650232},
-                                    SliceObservation{o_proj, o_proj.begin + 523256, o_proj.begin + 1436664},
-                                    SliceObservation{up_proj, up_proj.begin + 917496, up_proj.begin + 2215928}}) {
-    if (!learned) learned = learner.Observe(o);
-  }
+  const std::optional<SlicePattern> learned =
+      LearnFrom({SliceObservation{k_proj, k_proj.begin + 130040, k_proj.begin + 650232},
+                 SliceObservation{o_proj, o_proj.begin + 523256, o_proj.begin + 1436664},
+                 SliceObservation{up_proj, up_proj.begin + 917496, up_proj.begin + 2215928}});
   ASSERT_TRUE(learned.has_value());
   EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 1, .hi_num = 2, .den = 8})) << learned->ToString();
 }
@@ -104,11 +109,7 @@ TEST(SlicePatternTest, LearnedRowsStartWithinTheReadAroundOfWhatWasRead) {
       SliceObservation{k_proj, k_proj.begin + 31736, k_proj.begin + 420856},
       SliceObservation{o_proj, o_proj.begin + 228344, o_proj.begin + 748536},
       SliceObservation{down_proj, down_proj.begin + 425976, down_proj.begin + 1200120}};
-  SliceLearner learner;
-  std::optional<SlicePattern> learned;
-  for (const SliceObservation& o : seen) {
-    if (!learned) learned = learner.Observe(o);
-  }
+  const std::optional<SlicePattern> learned = LearnFrom(seen);
   ASSERT_TRUE(learned.has_value());
   for (const SliceObservation& o : seen) {
     EXPECT_LE(learned->Core(o.tensor).offset, o.begin + (128 << 10)) << learned->ToString();

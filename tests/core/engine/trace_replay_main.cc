@@ -8,11 +8,10 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "tests/core/engine/trace_replay.h"
+#include "tests/support/mount_fixture.h"
 
 int main(int argc, char** argv) {
   using namespace tensorfs;
@@ -38,36 +37,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--debug]\n");
     return 2;
   }
-  std::ifstream in(trace);
-  std::stringstream text;
-  text << in.rdbuf();
-  StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(text.str());
+  StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(tensorfs::testing::ReadWhole(trace));
   if (!reads.ok()) {
     std::fprintf(stderr, "%s\n", reads.status().ToString().c_str());
     return 1;
   }
-  testing::MemoryStore memory;
+  tensorfs::testing::MemoryStore memory;
   if (!checkpoint.empty()) {
     std::error_code error;
     for (const auto& entry : std::filesystem::directory_iterator(checkpoint, error)) {
-      if (!entry.is_regular_file()) continue;
-      std::ifstream file(entry.path(), std::ios::binary);
-      std::stringstream bytes;
-      bytes << file.rdbuf();
-      memory.Put(entry.path().filename().string(), bytes.str());
+      if (entry.is_regular_file()) memory.Put(entry.path().filename().string(), tensorfs::testing::ReadWhole(entry.path()));
     }
     if (error) {
       std::fprintf(stderr, "cannot list %s: %s\n", checkpoint.c_str(), error.message().c_str());
       return 1;
     }
   } else {
-    auto files = testing::BuildCheckpointFiles(testing::TraceCheckpointSpec(),
-                                               {.num_shards = testing::kTraceCheckpointShards});
+    auto files = tensorfs::testing::BuildCheckpointFiles(tensorfs::testing::TraceCheckpointSpec(),
+                                               {.num_shards = tensorfs::testing::kTraceCheckpointShards});
     if (!files.ok()) return 1;
     for (auto& [name, bytes] : *files) memory.Put(name, bytes);
   }
   std::string error;
-  for (const auto& r : testing::ReplayTrace(memory, *reads, merge, &error)) std::printf("%s\n", r.ToString().c_str());
+  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error)) std::printf("%s\n", r.ToString().c_str());
   if (!error.empty()) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
