@@ -9,13 +9,9 @@
 
 namespace tensorfs {
 
-AccessModel::AccessModel(const Tuning& tuning, uint64_t slice_readahead, std::optional<SlicePattern> shard)
-    : tuning_(tuning), slice_readahead_(slice_readahead), shard_(shard.has_value()) {
+AccessModel::AccessModel(const Tuning& tuning, std::optional<SlicePattern> shard)
+    : tuning_(tuning), shard_(shard.has_value()) {
   if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, *shard});
-}
-
-void AccessModel::SetReadahead(uint64_t readahead) {
-  narrow_ = readahead != 0 && readahead < tuning_.readahead && readahead == slice_readahead_;
 }
 
 const AccessModel::ActivePattern* AccessModel::Pattern(int id) const {
@@ -112,7 +108,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       }
       whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= access.clock &&
                   head->range.length <= tuning_.copy_tail_max &&
-                  !NextWindowsFirstPage(plan, k, head->range, it->range);
+                  !NextWindowsFirstPage(plan, k, head->range, it->range, r.file_readahead);
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
       const Touch* tail = nullptr;
@@ -130,7 +126,8 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       // (rank 0) at its next window, its readahead of this one arriving late.
       if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
           tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
-          !NearKnownWindow(plan, k, tail->range) && !NextWindowsFirstPage(plan, k, it->range, tail->range)) {
+          !NearKnownWindow(plan, k, tail->range, r.file_readahead) &&
+          !NextWindowsFirstPage(plan, k, it->range, tail->range, r.file_readahead)) {
         if (it->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
@@ -200,7 +197,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const bool spill = touch.crossing && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-      const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor));
+      const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
@@ -255,7 +252,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   const uint64_t begin = std::max(range.offset, tensors[k].begin);
   const uint64_t end = std::min(range.end(), tensors[k].end);
   for (const ActivePattern& p : patterns_) {
-    const ByteRange w = WindowOf(plan, p.pattern, k);
+    const ByteRange w = WindowOf(plan, p.pattern, k, r.file_readahead);
     if (begin < w.end() && end > w.offset) {
       answer.pattern = &p;
       return said(Mode::kSlice);
@@ -275,7 +272,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
     for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
-      if (IsNear(WindowOf(plan, p.pattern, j), range)) {
+      if (IsNear(WindowOf(plan, p.pattern, j, r.file_readahead), range)) {
         answer.pattern = &p;
         return said(Mode::kNearSlice);
       }
@@ -288,29 +285,39 @@ bool AccessModel::IsNear(ByteRange window, ByteRange range) const {
   return range.offset < window.end() + tuning_.near_window && range.end() + tuning_.near_window > window.offset;
 }
 
-bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const {
-  return std::any_of(patterns_.begin(), patterns_.end(),
-                     [&](const ActivePattern& p) { return IsNear(WindowOf(plan, p.pattern, index), range); });
+bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range,
+                                  uint64_t file_readahead) const {
+  return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+    return IsNear(WindowOf(plan, p.pattern, index, file_readahead), range);
+  });
 }
 
-bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail) const {
+bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail,
+                                       uint64_t file_readahead) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    if (!IsNear(WindowOf(plan, p.pattern, index), head)) return false;
+    if (!IsNear(WindowOf(plan, p.pattern, index, file_readahead), head)) return false;
     for (size_t k = index + 1; k < tensors.size() && tensors[k].begin < tail.end() + tuning_.near_window; ++k) {
-      if (IsNear(WindowOf(plan, p.pattern, k), tail)) return true;
+      if (IsNear(WindowOf(plan, p.pattern, k, file_readahead), tail)) return true;
     }
     return false;
   });
 }
 
-ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index) const {
-  if (narrow_) {
-    // Files are opened at the slice readahead: the kernel reads no further
-    // around a slice than that, whatever margins were learned at the larger one.
+uint64_t AccessModel::ReadAroundHalf(uint64_t file_readahead) const {
+  const uint64_t readahead = file_readahead != 0 ? file_readahead : readahead_;
+  if (readahead == 0 || readahead >= tuning_.readahead) return tuning_.read_around_half;
+  return std::max(tuning_.page, (readahead / 2) & ~(tuning_.page - 1));
+}
+
+ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index,
+                                uint64_t file_readahead) const {
+  if (const uint64_t half = ReadAroundHalf(file_readahead); half < tuning_.read_around_half) {
+    // Files opened at a slice readahead: the kernel reads no further around
+    // a slice than that, whatever margins were learned at the larger one.
     SlicePattern narrow = pattern;
-    narrow.before = std::min(narrow.before, tuning_.slice_read_around_half);
-    narrow.after = std::min(narrow.after, 2 * tuning_.slice_read_around_half);
+    narrow.before = std::min(narrow.before, half);
+    narrow.after = std::min(narrow.after, 2 * half);
     return narrow.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
   }
   return pattern.Window(plan.tensors()[index], plan.data_start(), plan.data_end());

@@ -96,6 +96,9 @@ class AccessModel {
     ReaderClock& clock;
     SliceLearner& learner;
     bool named = true;
+    // The readahead the object's files were opened with (ObjectState::
+    // file_readahead); 0: the files opened now get.
+    uint64_t file_readahead = 0;
   };
   struct Answer {
     Mode mode = Mode::kWhole;
@@ -105,18 +108,25 @@ class AccessModel {
   };
 
   // `shard`: the slice pattern of -o shard=R/N, kept first and never dropped.
-  AccessModel(const Tuning& tuning, uint64_t slice_readahead, std::optional<SlicePattern> shard);
+  AccessModel(const Tuning& tuning, std::optional<SlicePattern> shard);
 
   // Records a kernel read of `range` of the object planned as `plan` (named
   // `name`, for the log) by `reader`, and says what the reader is doing.
   Answer Classify(const ChunkPlan& plan, const std::string& name, const Reader& reader, ByteRange range);
 
   // The files of the mount are now opened at `readahead` (0: the kernel's
-  // default): at the slice readahead, windows' margins are no wider than
-  // what the kernel reads around a fault there.
-  void SetReadahead(uint64_t readahead);
-  // The window of `pattern` in tensor `index` of `plan`.
-  ByteRange WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index) const;
+  // default).
+  void SetReadahead(uint64_t readahead) { readahead_ = readahead; }
+  // The window of `pattern` in tensor `index` of `plan`, for files opened at
+  // `file_readahead` (0: at the readahead files are opened with now): below
+  // the readahead the engine learns at (a slice readahead), its margins are
+  // no wider than what the kernel reads around a fault there.
+  ByteRange WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index,
+                     uint64_t file_readahead = 0) const;
+  // Half the kernel's read-around for files opened at `file_readahead` (0:
+  // at the readahead files are opened with now), as the engine tunes it: at
+  // most Tuning::read_around_half.
+  uint64_t ReadAroundHalf(uint64_t file_readahead) const;
   const std::vector<ActivePattern>& patterns() const { return patterns_; }
   // The pattern with id `id`, or null.
   const ActivePattern* Pattern(int id) const;
@@ -126,16 +136,16 @@ class AccessModel {
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;
   // Whether `range` of tensor `index` is near a known pattern's window of it.
-  bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range) const;
+  bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range, uint64_t file_readahead) const;
   // Whether, for a known pattern, `head` (a touch of tensor `index`) is near
   // its window of that tensor and `tail` (a touch at the tensor's end) near its
   // window of a tensor that follows.
-  bool NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail) const;
+  bool NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail,
+                            uint64_t file_readahead) const;
 
   const Tuning& tuning_;
-  const uint64_t slice_readahead_;
   const bool shard_;  // patterns_ begins with -o shard's
-  bool narrow_ = false;  // files are opened at the slice readahead (SetReadahead)
+  uint64_t readahead_ = 0;  // the files opened now get (SetReadahead)
   std::vector<ActivePattern> patterns_;
   int next_pattern_id_ = 0;
 };

@@ -91,7 +91,7 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
                                    plan.tensors()[static_cast<size_t>(k)].begin < e;
          ++k) {
-      const ByteRange w = model_.WindowOf(plan, kind.pattern->pattern, static_cast<size_t>(k));
+      const ByteRange w = model_.WindowOf(plan, kind.pattern->pattern, static_cast<size_t>(k), state.file_readahead);
       if (w.end() <= b || w.offset >= e) continue;
       const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
       const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
@@ -157,14 +157,18 @@ void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   SliceSweep& sweep = sweep_it->second;
   const ChunkPlan& plan = *state.plan;
   const size_t n = plan.tensors().size();
+  // Windows closer than half a read-around are one request: the kernel
+  // reads the gap, around one or the other. At a slice readahead it reads
+  // less of it.
+  const uint64_t gap = std::min(tuning_.coalesce_gap, model_.ReadAroundHalf(state.file_readahead));
   while (sweep.visited < n && sweep.in_flight < options_.prefetch_window) {
     // One run of windows close together, cut at chunk boundaries.
     size_t k = (sweep.start + sweep.visited) % n;
-    ByteRange run = model_.WindowOf(plan, active->pattern, k);
+    ByteRange run = model_.WindowOf(plan, active->pattern, k, state.file_readahead);
     size_t count = 1;
     while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
-      const ByteRange next = model_.WindowOf(plan, active->pattern, k + 1);
-      if (next.offset > run.end() + tuning_.coalesce_gap || next.end() - run.offset > options_.chunk_size) break;
+      const ByteRange next = model_.WindowOf(plan, active->pattern, k + 1, state.file_readahead);
+      if (next.offset > run.end() + gap || next.end() - run.offset > options_.chunk_size) break;
       run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
       ++k;
       ++count;

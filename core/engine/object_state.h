@@ -97,6 +97,10 @@ struct ObjectState {
   std::map<int, SliceSweep> slice_sweeps;  // by pattern id
   std::vector<int> pending_sweeps;         // pattern ids to sweep once the plan is known
   GivenRanges given;
+  // The readahead its files were opened with when a reader last began
+  // reading it (0: none has yet; it will be opened at the mount's readahead
+  // then in force). A slice pattern's windows in it take this one's margins.
+  uint64_t file_readahead = 0;
 };
 
 // One range request, queued for a fetch worker.

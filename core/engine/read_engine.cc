@@ -38,7 +38,7 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
         return o;
       }())),
       cache_(options.cache_size, options.consumed_keep, metrics),
-      model_(tuning_, options.readahead.slice,
+      model_(tuning_,
              options.shard_world > 1
                  ? std::optional(SlicePattern::Shard(options.shard_rank, options.shard_world, tuning_))
                  : std::nullopt),
@@ -107,6 +107,9 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
   }
   if (inserted || r.object != state.info.id()) {
     r.object = state.info.id();
+    // Its file was opened at the readahead then in force (the sink takes a
+    // change before the next open).
+    state.file_readahead = readahead_wanted_;
     r.access = AccessState{};
     for (const Stream& st : state.access.streams) {
       if (st.continuation) r.access.streams.push_back(st);
@@ -139,12 +142,22 @@ void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
   if (r.kind == kind) return;
   readahead_.Change(r.kind, kind);
   r.kind = kind;
+  TakeWanted(kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
+}
+
+void ReadEngine::LearnSliceSize(const ObjectState& state, const SlicePattern& pattern) {
+  // The first file a slice reader reads tells how large its slices are.
+  if (readahead_.slice_size_known()) return;
+  const uint64_t mean = pattern.MeanCore(state.plan->tensors());
+  readahead_.SetSliceSize(mean);
+  spdlog::debug("{}: the slices of {} average {} KiB", state.info.name, pattern.ToString(), mean >> 10);
+  TakeWanted("slice readers, small slices");
+}
+
+void ReadEngine::TakeWanted(const char* why) {
   const uint64_t wanted = readahead_.Wanted();
   if (wanted == readahead_wanted_) return;
-  if (readahead_wanted_ != 0) {
-    spdlog::info("files opened from now on get a readahead of {} KiB ({} readers)", wanted >> 10,
-                 kind == ReadaheadPolicy::Kind::kSlice ? "slice" : "whole-tensor");
-  }
+  if (readahead_wanted_ != 0) spdlog::info("files opened from now on get a readahead of {} KiB ({})", wanted >> 10, why);
   readahead_wanted_ = wanted;
   model_.SetReadahead(wanted);
   readahead_changed_.store(true, std::memory_order_relaxed);
@@ -295,7 +308,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     }
     if (kernel_read) {
       AccessModel::Answer answer = model_.Classify(
-          plan, state.info.name, AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0},
+          plan, state.info.name, AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0, state.file_readahead},
           op->range);
       mode = answer.mode;
       pattern = answer.pattern;
@@ -327,11 +340,13 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       if (reader->reads < reader->whole_until) {
         SetKind(r, ReadaheadPolicy::Kind::kWhole);
       } else if (mode == Mode::kSlice || mode == Mode::kNearSlice) {
+        if (pattern != nullptr) LearnSliceSize(state, pattern->pattern);
         SetKind(r, ReadaheadPolicy::Kind::kSlice);
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
+      LearnSliceSize(state, model_.patterns().front().pattern);  // before its windows are swept
       planner_.StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming

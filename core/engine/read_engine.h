@@ -289,6 +289,12 @@ class ReadEngine final : private FetchPlanner::Host {
   void Inconsistent(const std::string& what);
   // Tells the readahead policy that `r` is now of `kind`.
   void SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) REQUIRES(mu_);
+  // Takes the policy's value now (after a reader's kind or the slices' size
+  // changed): the access model's windows, and the sink's next value.
+  void TakeWanted(const char* why) REQUIRES(mu_);
+  // Tells the policy the size of `pattern`'s slices in `state` (a plan
+  // known), if not told yet.
+  void LearnSliceSize(const ObjectState& state, const SlicePattern& pattern) REQUIRES(mu_);
   // Hands the policy's value to the sink if it changed (see SetReadaheadSink).
   void ApplyReadahead() EXCLUDES(readahead_mu_, mu_);
 

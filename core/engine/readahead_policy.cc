@@ -6,7 +6,12 @@ ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uin
                                                    uint64_t shard_world) {
   if (explicit_read_ahead) return Options{.unknown = read_ahead, .whole = read_ahead, .slice = read_ahead, .fixed = true};
   const Kind declared = shard_world == 0 ? Kind::kUnknown : shard_world == 1 ? Kind::kWhole : Kind::kSlice;
-  return Options{.unknown = kUnknownDefault, .whole = kWholeDefault, .slice = kSliceDefault, .declared = declared};
+  return Options{.unknown = kUnknownDefault,
+                 .whole = kWholeDefault,
+                 .slice = kSliceDefault,
+                 .slice_small = kSliceSmallDefault,
+                 .small_slice = kSmallSliceDefault,
+                 .declared = declared};
 }
 
 uint64_t ReadaheadPolicy::Wanted() const {
@@ -15,7 +20,7 @@ uint64_t ReadaheadPolicy::Wanted() const {
     case Kind::kWhole:
       return options_.whole;
     case Kind::kSlice:
-      return options_.slice;
+      return slice_size_ != 0 && slice_size_ < options_.small_slice ? options_.slice_small : options_.slice;
     case Kind::kUnknown:
       break;
   }

@@ -7,7 +7,7 @@
 // time, and the way to give one kind of reader a readahead of its own is to
 // set the mount's before that reader opens its next file.
 //
-// Three values (see the defaults below for how they were chosen):
+// Four values (see the defaults below for how they were chosen):
 //   - `unknown`, for files opened before anything is known of the mount's
 //     readers: the kernel's default, at which the engine tells readers apart
 //     and learns slices (a larger read-around hides a slice of a few hundred
@@ -18,7 +18,10 @@
 //   - `slice`, once a slice reader (one host of a sharded job reading a part
 //     of every tensor) is learned while no whole-tensor reader has a file
 //     open: each mmap fault reads little beyond the slice, so that bytes of
-//     the neighbouring hosts' slices are neither fetched nor sent.
+//     the neighbouring hosts' slices are neither fetched nor sent; and
+//     `slice_small`, half of it, once the slices are known to average under
+//     `small_slice` (the kernel reads about twice its readahead around each
+//     slice, a share of the slice that grows as slices shrink).
 // `-o read_ahead=` given: that value for every file, never changed. `-o
 // shard=R/N` given: `slice` from the start (the process says it reads slices);
 // `-o shard=0/1`: `whole` from the start (the one host reads every tensor whole).
@@ -51,6 +54,8 @@ class ReadaheadPolicy {
     uint64_t unknown = 0;  // bytes; 0: the kernel's, left as it is
     uint64_t whole = 0;
     uint64_t slice = 0;
+    uint64_t slice_small = 0;  // for slices averaging under `small_slice`
+    uint64_t small_slice = 0;
     bool fixed = false;  // read_ahead= given: `unknown` is that value, always
     // What -o shard= says the readers do: kSlice (R/N, N > 1) or kWhole (0/1)
     // from the start and always; kUnknown when not given (learned).
@@ -64,6 +69,10 @@ class ReadaheadPolicy {
   static constexpr uint64_t kUnknownDefault = 128 << 10;  // the kernel's own
   static constexpr uint64_t kWholeDefault = 1 << 20;
   static constexpr uint64_t kSliceDefault = 32 << 10;
+  static constexpr uint64_t kSliceSmallDefault = 16 << 10;
+  // Slices averaging under this get kSliceSmallDefault: at kSliceDefault the
+  // kernel's reads around them would add more than a tenth.
+  static constexpr uint64_t kSmallSliceDefault = 640 << 10;
 
   // `read_ahead`: the value given with -o read_ahead (explicit: whether it
   // was given at all); `shard_world`: N of -o shard=R/N, 0 when not given.
@@ -79,10 +88,18 @@ class ReadaheadPolicy {
   // opened or closed).
   void Change(Kind before, Kind after);
 
+  // The slice readers' slices average `bytes` (the first file they read
+  // tells; later calls change nothing).
+  void SetSliceSize(uint64_t bytes) {
+    if (slice_size_ == 0) slice_size_ = bytes;
+  }
+  bool slice_size_known() const { return slice_size_ != 0; }
+
  private:
   const Options options_;
   int whole_open_ = 0;  // readers known to read whole tensors, with a file open
   Kind mode_ = Kind::kUnknown;  // the kind whose value is in force
+  uint64_t slice_size_ = 0;     // bytes; 0 until known
 };
 
 }  // namespace tensorfs

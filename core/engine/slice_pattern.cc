@@ -74,6 +74,17 @@ ByteRange SlicePattern::Window(const TensorSpan& t, uint64_t lower, uint64_t upp
   return ByteRange{begin, end > begin ? end - begin : 0};
 }
 
+uint64_t SlicePattern::MeanCore(std::span<const TensorSpan> tensors) const {
+  uint64_t total = 0, count = 0;
+  for (const TensorSpan& t : tensors) {
+    const uint64_t length = Core(t).length;
+    if (length < kPage) continue;
+    total += length;
+    ++count;
+  }
+  return count == 0 ? 0 : total / count;
+}
+
 std::string SlicePattern::ToString() const {
   return "rows " + std::to_string(lo_num) + "/" + std::to_string(den) + ".." + std::to_string(hi_num) + "/" +
          std::to_string(den) + " of every tensor (-" + Kib(before) + ", +" + Kib(after) + ")";

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/engine/tuning.h"
@@ -59,6 +60,9 @@ struct SlicePattern {
   // its margins, rounded out to 4 KiB pages, within [lower, upper) (the
   // object's data section).
   ByteRange Window(const TensorSpan& t, uint64_t lower, uint64_t upper) const;
+  // The mean size of its cores over `tensors`, counting those of a page or
+  // more (a tensor of a few rows gives a few bytes, or none); 0 if none.
+  uint64_t MeanCore(std::span<const TensorSpan> tensors) const;
   bool SameSlice(const SlicePattern& other) const {
     return lo_num * other.den == other.lo_num * den && hi_num * other.den == other.hi_num * den;
   }

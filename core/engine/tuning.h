@@ -93,7 +93,8 @@ struct Tuning {
 
   // --- Planner: which ranges are requested.
   // Windows of a slice pattern closer than this are one request: half a
-  // read-around.
+  // read-around (of the slice readahead, in files opened at one:
+  // AccessModel::ReadAroundHalf).
   uint64_t coalesce_gap = 64 << 10;
   // An unknown reader's first request, and the least it is read ahead.
   uint64_t first_piece = 256 << 10;

@@ -63,7 +63,7 @@ class AccessModelTest : public ::testing::Test {
   }
 
   Tuning tuning_;
-  AccessModel model_{tuning_, 0, std::nullopt};
+  AccessModel model_{tuning_, std::nullopt};
   const ChunkPlan plan_ = Plan();
 };
 
@@ -109,7 +109,7 @@ TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) 
 
 // -o shard=R/N: the pattern is there from the start, and is never dropped.
 TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
-  AccessModel model(tuning_, 0, SlicePattern::Shard(2, 4, tuning_));
+  AccessModel model(tuning_, SlicePattern::Shard(2, 4, tuning_));
   ASSERT_EQ(model.patterns().size(), 1u);
   ReaderState r;
   const AccessModel::Answer a = model.Classify(plan_, "m", AccessModel::Reader{r.trail, r.clock, r.learner},
@@ -124,12 +124,24 @@ TEST_F(AccessModelTest, SliceReadaheadNarrowsTheWindows) {
   const Tuning tuning = Tuning::For(8 << 20, 1 << 20, 32 << 10);
   SlicePattern wide = SlicePattern::Shard(1, 4, tuning);
   wide.before = wide.after = 512 << 10;
-  AccessModel model(tuning, 32 << 10, wide);
+  AccessModel model(tuning, wide);
   const ByteRange before = model.WindowOf(plan_, wide, 5);
   model.SetReadahead(32 << 10);
   const ByteRange narrow = model.WindowOf(plan_, wide, 5);
   EXPECT_LT(narrow.length, before.length);
   EXPECT_EQ(narrow.offset, Rows(5, 1, 4).offset - tuning.slice_read_around_half);
+  // The small slices' readahead: half those margins, but for an object
+  // whose files were opened at the slice readahead, the kernel reading
+  // around its slices by that.
+  model.SetReadahead(16 << 10);
+  const ByteRange narrower = model.WindowOf(plan_, wide, 5);
+  EXPECT_EQ(narrower.offset, Rows(5, 1, 4).offset - (8 << 10));
+  EXPECT_EQ(narrower.end(), Rows(5, 1, 4).end() + (16 << 10));
+  EXPECT_EQ(model.ReadAroundHalf(0), 8u << 10);
+  EXPECT_EQ(model.WindowOf(plan_, wide, 5, /*file_readahead=*/32 << 10), narrow);
+  EXPECT_EQ(model.ReadAroundHalf(32 << 10), 16u << 10);
+  EXPECT_EQ(model.WindowOf(plan_, wide, 5, /*file_readahead=*/1 << 20), before);
+  EXPECT_EQ(model.ReadAroundHalf(1 << 20), tuning.read_around_half);
   model.SetReadahead(1 << 20);
   EXPECT_EQ(model.WindowOf(plan_, wide, 5), before);
 }

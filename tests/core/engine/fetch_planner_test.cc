@@ -80,7 +80,7 @@ class FetchPlannerTest : public ::testing::Test {
   Tuning tuning_ = Tuning::For(kChunk, 0);
   Metrics metrics_;
   ChunkCache cache_{options_.cache_size, options_.consumed_keep, metrics_};
-  AccessModel model_{tuning_, 0, std::nullopt};
+  AccessModel model_{tuning_, std::nullopt};
   RecordingHost host_{cache_};
   FetchPlanner planner_{options_, tuning_, cache_, model_, metrics_, host_};
   ObjectState* state_ = nullptr;

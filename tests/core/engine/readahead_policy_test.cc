@@ -28,6 +28,34 @@ TEST(ReadaheadPolicyTest, SliceReaderLearnedGivesTheSliceReadahead) {
   EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kSliceDefault);
 }
 
+// Slices averaging under kSmallSliceDefault get kSliceSmallDefault, from
+// the first size told on; larger ones kSliceDefault.
+TEST(ReadaheadPolicyTest, SmallSlicesGetTheSmallSliceReadahead) {
+  ReadaheadPolicy small = Learned();
+  small.SetSliceSize(ReadaheadPolicy::kSmallSliceDefault - 1);
+  EXPECT_EQ(small.Wanted(), ReadaheadPolicy::kUnknownDefault) << "no slice reader yet";
+  small.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(small.Wanted(), ReadaheadPolicy::kSliceSmallDefault);
+  small.SetSliceSize(4 << 20);
+  EXPECT_EQ(small.Wanted(), ReadaheadPolicy::kSliceSmallDefault) << "the first size told stays";
+
+  ReadaheadPolicy large = Learned();
+  large.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_FALSE(large.slice_size_known());
+  large.SetSliceSize(ReadaheadPolicy::kSmallSliceDefault);
+  EXPECT_TRUE(large.slice_size_known());
+  EXPECT_EQ(large.Wanted(), ReadaheadPolicy::kSliceDefault);
+
+  ReadaheadPolicy shard(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/16));
+  EXPECT_EQ(shard.Wanted(), ReadaheadPolicy::kSliceDefault) << "the slices' size not known yet";
+  shard.SetSliceSize(256 << 10);
+  EXPECT_EQ(shard.Wanted(), ReadaheadPolicy::kSliceSmallDefault);
+
+  ReadaheadPolicy given(ReadaheadPolicy::ForMount(true, 64 << 10, /*shard_world=*/16));
+  given.SetSliceSize(256 << 10);
+  EXPECT_EQ(given.Wanted(), 64u << 10) << "-o read_ahead= stays";
+}
+
 TEST(ReadaheadPolicyTest, TheLastKindStaysOnceItsFilesAreClosed) {
   ReadaheadPolicy p = Learned();
   p.Change(Kind::kUnknown, Kind::kSlice);

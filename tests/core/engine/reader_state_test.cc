@@ -177,18 +177,37 @@ class ReadaheadSinkTest : public ReaderStateTest {
     o.readahead = ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/0);
     return o;
   }
+  // A mount given -o shard=rank/world.
+  EngineOptions ShardOptions(uint64_t rank, uint64_t world) const {
+    EngineOptions o = Options();
+    o.readahead = ReadaheadPolicy::ForMount(false, 0, world);
+    o.shard_rank = rank;
+    o.shard_world = world;
+    return o;
+  }
   std::vector<uint64_t> applied_;  // the sink's calls, in order
 };
 
-TEST_F(ReadaheadSinkTest, SliceReaderLearnedSetsTheSliceReadahead) {
-  ControlledStore store(checkpoint_.memory, /*hold=*/false);
-  ReadEngine engine(store, Options(), metrics_);
-  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
-  EXPECT_EQ(applied_, std::vector<uint64_t>{128 << 10});
-  ReadInterleaved(engine, 0, {1}, 4, /*first_reader=*/100);
-  engine.ReleaseReader(ReaderId{100});
-  EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kSliceDefault}));
-  EXPECT_EQ(engine.WantedReadahead(), ReadaheadPolicy::kSliceDefault);
+// The slice readahead follows the slices' size: rank 1 of 2 of this
+// checkpoint's tensors averages more than ReadaheadPolicy::kSmallSliceDefault,
+// rank 1 of 4 less, where the kernel's reads around each slice at
+// kSliceDefault would add more than a tenth.
+TEST_F(ReadaheadSinkTest, SliceReaderLearnedSetsTheSliceReadaheadOfItsSlicesSize) {
+  for (const uint64_t world : {2u, 4u}) {
+    applied_.clear();
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
+    ReadEngine engine(store, Options(), metrics_);
+    engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+    EXPECT_EQ(applied_, std::vector<uint64_t>{128 << 10});
+    ReadInterleaved(engine, 0, {1}, world, /*first_reader=*/100);
+    engine.ReleaseReader(ReaderId{100});
+    const SlicePattern slice{.lo_num = 1, .hi_num = 2, .den = world};
+    const uint64_t mean = slice.MeanCore(engine.PlanOf(checkpoint_.shard.id())->tensors());
+    ASSERT_EQ(mean < ReadaheadPolicy::kSmallSliceDefault, world == 4) << "the checkpoint's slices average " << mean;
+    const uint64_t want = world == 4 ? ReadaheadPolicy::kSliceSmallDefault : ReadaheadPolicy::kSliceDefault;
+    EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, want})) << "rank 1 of " << world;
+    EXPECT_EQ(engine.WantedReadahead(), want) << "rank 1 of " << world;
+  }
 }
 
 TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWhileItReads) {
@@ -200,7 +219,7 @@ TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWh
   // Once the whole reader's file is closed, a slice reader learned anew sets it.
   engine.ReleaseReader(ReaderId{100});
   ReadInterleaved(engine, 0, {3}, 4, /*first_reader=*/200);
-  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceDefault);
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceSmallDefault);  // slices of 4 hosts: small ones
 }
 
 // A reader whose first read after its pattern was learned falls near a window
@@ -224,19 +243,53 @@ TEST_F(ReadaheadSinkTest, ReadNearAKnownWindowMakesASliceReader) {
   const uint64_t window_begin = learned[0].Window(t, 0, UINT64_MAX).offset;
   Read(engine, checkpoint_.shard, checkpoint_.source,
        KernelRead{ReaderId{300}, ByteRange{window_begin - 4 * kPage, kPage}});
-  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceDefault);
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceSmallDefault);  // slices of 4 hosts: small ones
 }
 
+// -o shard=R/N: the slice readahead from the start, and once the first file
+// shows the slices are small, the small slices' one.
 TEST_F(ReadaheadSinkTest, ShardGivesTheSliceReadaheadFromTheStart) {
   ControlledStore store(checkpoint_.memory, /*hold=*/false);
-  EngineOptions o = Options();
-  o.readahead = ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/4);
-  o.shard_rank = 1;
-  o.shard_world = 4;
+  const EngineOptions o = ShardOptions(1, 4);
   ReadEngine engine(store, o, metrics_);
   engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
-  ReadInterleaved(engine, 1, {1}, 4, /*first_reader=*/100);
   EXPECT_EQ(applied_, std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault});
+  ReadInterleaved(engine, 1, {1}, 4, /*first_reader=*/100);
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault, ReadaheadPolicy::kSliceSmallDefault}));
+}
+
+// -o shard=R/N: the first file's plan tells the slices' size before any
+// window is swept, so the windows swept into the files opened next have the
+// margins of the small slices' readahead those files get (swept at the slice
+// readahead's, they fetched about a tenth more than the kernel read of them),
+// while the first file's, opened at the slice readahead, have its margins.
+TEST_F(ReadaheadSinkTest, ShardSweepsTheWindowsOfTheReadaheadTheirFilesGet) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  const EngineOptions o = ShardOptions(1, 4);
+  ReadEngine engine(store, o, metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{100}, ByteRange{0, 8}});  // the header
+  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault, ReadaheadPolicy::kSliceSmallDefault}))
+      << "the slices' size known from the first file's header on";
+  const std::shared_ptr<const ChunkPlan> plan = engine.PlanOf(checkpoint_.shard.id());
+  // What the kernel reads around a slice at 32 KiB: 16 KiB before, 32 KiB past.
+  const SlicePattern kernel{.lo_num = 1, .hi_num = 2, .den = 4, .before = 16 << 10, .after = 32 << 10};
+  std::vector<ByteRange> windows;
+  for (const TensorSpan& t : plan->tensors()) windows.push_back(kernel.Window(t, plan->data_start(), plan->data_end()));
+  uint64_t swept = 0, outside = 0;
+  for (const RecordedRead& r : store.reads()) {
+    if (r.offset < o.chunk_size) continue;  // the first read's chunk, which holds the header: whole
+    swept += r.length;
+    uint64_t inside = 0;
+    for (const ByteRange& w : windows) {
+      const uint64_t b = std::max(r.offset, w.offset), e = std::min(r.offset + r.length, w.end());
+      if (e > b) inside += e - b;
+    }
+    outside += r.length - inside;
+  }
+  EXPECT_GT(swept, 0u) << "no window swept";
+  EXPECT_EQ(outside, 0u) << "of " << swept << " bytes swept";
 }
 
 TEST_F(ReadaheadSinkTest, ShardZeroOfOneGivesTheWholeReadaheadFromTheStart) {

@@ -135,6 +135,19 @@ TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   }
 }
 
+// The mean slice (what the readahead policy goes by) counts the slices of a
+// page or more: a norm's few bytes would pull it down to nothing.
+TEST(SlicePatternTest, MeanCoreIsTheMeanOfTheSlicesOfAPageOrMore) {
+  std::vector<TensorSpan> tensors = Tensors();
+  const SlicePattern p{.lo_num = 1, .hi_num = 2, .den = 8};
+  uint64_t total = 0;
+  for (const TensorSpan& t : tensors) total += p.Core(t).length;
+  EXPECT_EQ(p.MeanCore(tensors), total / tensors.size());
+  tensors.push_back(TensorSpan{tensors.back().end, tensors.back().end + 2048 * 2, 2});  // a norm: 512 bytes of it
+  EXPECT_EQ(p.MeanCore(tensors), total / (tensors.size() - 1));
+  EXPECT_EQ(p.MeanCore({}), 0u);
+}
+
 TEST(SlicePatternTest, ReadsOfTheSameSizeAtTheTensorStartTeachNothing) {
   // The kernel reading on past the end of each tensor into the next: the
   // first 128 KiB of tensors that all have one size.

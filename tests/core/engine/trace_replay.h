@@ -85,10 +85,11 @@ inline std::string ReplayRead(ReadEngine& engine, MemoryStore& memory, const Obj
 // sorted within each read; a read that fails or returns other bytes than
 // `memory` holds is returned in *error.
 inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::vector<TracedRead>& reads,
-                                                bool merge_readers, std::string* error) {
+                                                bool merge_readers, std::string* error,
+                                                const EngineOptions& options = TraceReplayOptions()) {
   ControlledStore store(memory, /*hold=*/false);
   Metrics metrics;
-  ReadEngine engine(store, TraceReplayOptions(), metrics);
+  ReadEngine engine(store, options, metrics);
   std::vector<ReplayedRequest> out;
   size_t seen = 0;
   for (size_t i = 0; i < reads.size(); ++i) {

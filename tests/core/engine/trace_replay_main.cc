@@ -1,11 +1,13 @@
-// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--debug]:
+// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--debug]:
 // replays a read trace through the engine (see trace_replay.h) and prints the
 // range requests it made, one a line, for the expected-request files next to
 // the traces. --checkpoint: the objects are DIR's files (a trace recorded on
 // another checkpoint than the traces' own, tensorfs-testdata's output say);
-// --debug: the engine's debug log (what it learned of each reader) on stdout.
+// --shard R/N: the engine of a mount given -o shard=R/N; --debug: the
+// engine's debug log (what it learned of each reader) on stdout.
 #include <spdlog/spdlog.h>
 
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   bool merge = false;
   std::string checkpoint;
   std::string trace;
+  EngineOptions options = tensorfs::testing::TraceReplayOptions();
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--merge-readers") {
@@ -26,6 +29,11 @@ int main(int argc, char** argv) {
       spdlog::set_level(spdlog::level::debug);
     } else if (arg == "--checkpoint" && i + 1 < argc) {
       checkpoint = argv[++i];
+    } else if (arg == "--shard" && i + 1 < argc &&
+               std::sscanf(argv[i + 1], "%" SCNu64 "/%" SCNu64, &options.shard_rank, &options.shard_world) == 2 &&
+               options.shard_rank < options.shard_world) {
+      options.readahead = ReadaheadPolicy::ForMount(false, 0, options.shard_world);
+      ++i;
     } else if (trace.empty() && !arg.starts_with("--")) {
       trace = arg;
     } else {
@@ -34,7 +42,7 @@ int main(int argc, char** argv) {
     }
   }
   if (trace.empty()) {
-    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--debug]\n");
+    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--debug]\n");
     return 2;
   }
   StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(tensorfs::testing::ReadWhole(trace));
@@ -59,7 +67,7 @@ int main(int argc, char** argv) {
     for (auto& [name, bytes] : *files) memory.Put(name, bytes);
   }
   std::string error;
-  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error)) std::printf("%s\n", r.ToString().c_str());
+  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error, options)) std::printf("%s\n", r.ToString().c_str());
   if (!error.empty()) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;
