@@ -307,7 +307,7 @@ bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, Byte
 uint64_t AccessModel::ReadAroundHalf(uint64_t file_readahead) const {
   const uint64_t readahead = file_readahead != 0 ? file_readahead : readahead_;
   if (readahead == 0 || readahead >= tuning_.readahead) return tuning_.read_around_half;
-  return std::max(tuning_.page, (readahead / 2) & ~(tuning_.page - 1));
+  return tuning_.HalfOf(readahead);
 }
 
 ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index,

@@ -9,10 +9,10 @@ Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_reada
   // A readahead the kernel does not use (0: not known) is taken as its default;
   // below a page it reads a page.
   t.readahead = readahead == 0 ? kDefaultReadahead : std::max(readahead, t.page);
-  const uint64_t half = std::max(t.page, (t.readahead / 2) & ~(t.page - 1));
+  const uint64_t half = t.HalfOf(t.readahead);
   t.read_around_half = half;
   const uint64_t slice = slice_readahead == 0 ? t.readahead : std::max(slice_readahead, t.page);
-  t.slice_read_around_half = std::min(half, std::max(t.page, (slice / 2) & ~(t.page - 1)));
+  t.slice_read_around_half = std::min(half, t.HalfOf(slice));
   t.touch_gap = half;
   t.coalesce_gap = half;
   t.whole_min = std::min(4 * half, 4 * t.max_request);

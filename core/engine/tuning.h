@@ -28,6 +28,10 @@ struct Tuning {
   // 0: the same.
   static Tuning For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_readahead = 0);
 
+  // Half the read-around of an mmap fault in a file opened at `readahead`,
+  // in whole pages (at least one).
+  uint64_t HalfOf(uint64_t readahead) const { return readahead / 2 > page ? (readahead / 2) & ~(page - 1) : page; }
+
   // --- What the kernel does.
   uint64_t page = 4096;
   uint64_t readahead = kDefaultReadahead;  // in force on the mount
