@@ -44,6 +44,17 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   bool last_page = false;
   bool whole_end = false;
   const bool crossing = tensors[static_cast<size_t>(first)].end < range.end();
+  // A read across a boundary spills over from the tensor it begins in only
+  // when the reader reads a slice of that tensor that may end at the edge:
+  // one that does not begin with the tensor (the last rank's, its last page
+  // copied first or its readahead running on). A reader whose slices begin
+  // with their tensors (rank 0) faults at the next one's first page, and the
+  // kernel reads around it back across the edge: the tensor after is then
+  // the reader's own.
+  const uint64_t first_begin = tensors[static_cast<size_t>(first)].begin;
+  const bool spills = crossing && std::any_of(access.touches.begin(), access.touches.end(), [&](const Touch& x) {
+    return x.tensor == first && x.range.offset > first_begin;
+  });
   // The tensors a read covers between its first and last tell nothing of the
   // reader's slice or copies (they are read whole, by one read): only the
   // first and the last are recorded, so a read across many small tensors
@@ -69,10 +80,12 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         }
       }
       if (k == static_cast<size_t>(first)) last_page = read_before > 0;
-      access.touches.push_back(
-          Touch{static_cast<int>(k), ByteRange{begin, end - begin}, access.clock, access.clock, crossing, access.clock});
+      access.touches.push_back(Touch{static_cast<int>(k), ByteRange{begin, end - begin}, access.clock, access.clock});
       it = std::prev(access.touches.end());
+      it->grown_at = access.clock;
       it->read_before = read_before;
+      it->around_next = crossing && k == static_cast<size_t>(first);
+      it->spilled = spills && k != static_cast<size_t>(first);
     } else {
       const uint64_t b = std::min(begin, it->range.offset);
       const uint64_t e = std::max(end, it->range.end());
@@ -152,7 +165,8 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         const uint64_t b = std::min(t1.range.offset, t2.range.offset);
         const uint64_t e = std::max(t1.range.end(), t2.range.end());
         t1.range = ByteRange{b, e - b};
-        t1.crossing = t1.crossing || t2.crossing;
+        t1.around_next = t1.around_next && t2.around_next;
+        t1.spilled = t1.spilled || t2.spilled;
         t1.first_read = std::min(t1.first_read, t2.first_read);
         t1.grown_at = std::max(t1.grown_at, t2.grown_at);
         t1.copy_end = std::max(t1.copy_end, t2.copy_end);
@@ -183,18 +197,20 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       ++i;
       continue;
     }
-    const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end()};
+    const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end(),
+                             r.file_readahead != 0 ? r.file_readahead : readahead_};
     // The kernel reading on past the end of one tensor (or around the start
     // of the next) into a neighbour tells nothing about the reader's slice.
     // A small touch at a tensor's edge, or near it, is the kernel reading
     // around a neighbour (a header parsed, the tensor before), not a place the
     // reader chose: the readahead after a slice that ends with its tensor (the
     // last rank's) goes on into the next tensor, its first read across the
-    // edge and the next ones inside. Made by a read across the edge, it is
-    // that read spilling over.
+    // edge and the next ones inside. Made by such a read (Touch::spilled), or
+    // by the read-around of the next tensor's first page and not grown into
+    // the reader's own touch since (Touch::around_next), it tells nothing.
     const bool edge = touch.range.length < tuning_.spill_max &&
                       (o.begin < o.tensor.begin + tuning_.spill_max || o.end + tuning_.spill_max > o.tensor.end);
-    const bool spill = touch.crossing && edge;
+    const bool spill = (touch.around_next || touch.spilled) && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
       const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);

@@ -60,7 +60,14 @@ class AccessModel {
     ByteRange range;
     uint64_t last_read = 0;
     uint64_t first_read = 0;
-    bool crossing = false;  // made by a read across a tensor boundary
+    // Made by a read across a tensor boundary, at the end of the tensor it
+    // began in: the kernel reading around the next one's start. No more so
+    // once it has grown into another touch (the reader's slice up to the
+    // edge, the last rank's).
+    bool around_next = false;
+    // Made by a read across a tensor boundary past a slice the reader read
+    // up to it: the kernel's readahead spilling over.
+    bool spilled = false;
     uint64_t grown_at = 0;  // the read that last made it larger
     uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
     uint64_t read_before = 0;  // when it appeared: the largest touch of its tensor before it

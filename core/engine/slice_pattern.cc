@@ -47,6 +47,26 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   return *before + *after <= std::max(core.length, kernel);
 }
 
+int SliceLearner::KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const {
+  const uint64_t readahead = o.readahead != 0 ? o.readahead : tuning_.readahead;
+  const uint64_t half = tuning_.HalfOf(readahead);
+  const uint64_t slack = 2 * o.tensor.row_bytes + kPage;
+  // Before a slice: the read-around of the page its first row begins in (a
+  // page more where the copy began a page in), or less at a tensor's start.
+  const bool head = before <= half + kPage + slack && (o.begin == o.tensor.begin || before + slack >= half);
+  if (!head) return 0;
+  // Past it: the read-around of its last page (where the copy faulted there
+  // first and the pages after were then in the cache); or the readahead
+  // windows that followed the one its first fault read: the copy entering
+  // one has the kernel ask for the next, so they reach one to two windows
+  // past the slice. Anything up to a tensor's end.
+  if (o.end == o.tensor.end) return after <= 2 * readahead + slack ? kReadAround | kReadahead : 0;
+  int tail = 0;
+  if (after + slack >= half && after <= half + slack) tail |= kReadAround;
+  if (after + slack >= readahead && after <= 2 * readahead + slack) tail |= kReadahead;
+  return tail;
+}
+
 SlicePattern SlicePattern::Shard(uint64_t rank, uint64_t world, const Tuning& tuning) {
   // The kernel's read-around for an mmap fault is its readahead, centred on
   // the fault; readahead runs up to that far past a sequential reader.
@@ -103,20 +123,20 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   recent_.push_back(o);
   if (recent_.size() > kRemembered) recent_.pop_front();
 
-  // The new observation proposes fractions; the others vote. The fraction
-  // that explains the most tensors wins (the kernel's margins around a small
-  // slice fit several fractions, the slices of many tensors only the reader's
-  // own); of those that explain as many, the simplest (smallest denominator):
-  // a fraction that explains every observation and is not the reader's own
-  // is narrower than it, by a share of each tensor small enough to pass for
-  // the kernel's read-around, and such near neighbours of r/N have larger
+  // The new observation (and the largest tensor that may agree with it)
+  // proposes fractions; the others vote. The fraction that explains the most
+  // tensors wins (the kernel's margins around a small slice fit several
+  // fractions, the slices of many tensors only the reader's own); of those
+  // that explain as many, the one with more slices whose margins are the
+  // kernel's (KernelMargins); then the simplest (smallest denominator): a
+  // fraction that explains every observation and is not the reader's own is
+  // narrower than it, by a share of each tensor small enough to pass for the
+  // kernel's read-around, and such near neighbours of r/N have larger
   // denominators than N. (How much the margins vary from tensor to tensor
   // does not tell them apart: the kernel's asynchronous readahead past a
   // slice varies by more than a near neighbour's error in a few tensors.)
   // Of two with one denominator, the one with the smaller margins.
-  const uint64_t size = o.tensor.size();
-  const uint64_t a = o.begin - o.tensor.begin;
-  const uint64_t b = o.end - o.tensor.begin;
+  //
   // Where, as fractions of its tensor, a fraction's two ends must lie to
   // explain each remembered observation (Fits' bounds, widened by a few rows and
   // a byte for the rounding to rows): most candidates are told apart from
@@ -164,66 +184,171 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   std::optional<SlicePattern> best;
   size_t best_support = 0;
   uint64_t best_margins = 0;
-  for (uint64_t den = 1; den <= tuning_.max_den; ++den) {
-    // A fraction with every compatible tensor's support wins over any of a
-    // larger denominator.
-    if (best && best_support == distinct && den > best->den) break;
-    const uint64_t rl0 = MulDiv(a, den, size);
-    const uint64_t rh0 = MulDiv(b, den, size);
-    for (uint64_t rl = rl0; rl <= rl0 + 1; ++rl) {
-      for (uint64_t rh = std::max(rh0, rl + 1); rh <= std::min(rh0 + 1, den); ++rh) {
-        SlicePattern p{.lo_num = rl, .hi_num = rh, .den = den};
-        uint64_t before = 0, after = 0;
-        if (rl >= rh || !Fits(o, p, &before, &after)) continue;
-        // No allocation here: this runs for every candidate fraction, under
-        // the engine's lock.
-        std::array<uint64_t, kRemembered> tensor_begins;  // distinct tensors that fit
-        size_t tensors = 0;
-        uint64_t smallest = UINT64_MAX, largest = 0;
-        uint64_t max_before = 0, max_after = 0;
-        std::array<uint64_t, kRemembered> after_storage;
-        size_t fitted = 0;
-        const double x_lo = static_cast<double>(rl) / static_cast<double>(den);
-        const double x_hi = static_cast<double>(rh) / static_cast<double>(den);
-        for (size_t c = 0; c < n_compatible; ++c) {
-          const size_t i = compatible[c];
-          const Bounds& w = bounds[i];
-          if (x_lo < w.lo_min || x_lo > w.lo_max || x_hi < w.hi_min || x_hi > w.hi_max) continue;
-          const SliceObservation& r = recent_[i];
-          uint64_t rb = 0, ra = 0;
-          if (!Fits(r, p, &rb, &ra)) continue;
-          max_before = std::max(max_before, rb);
-          max_after = std::max(max_after, ra);
-          // Tensors do not overlap: one is known by where it begins.
-          if (std::find(tensor_begins.begin(), tensor_begins.begin() + tensors, r.tensor.begin) ==
-              tensor_begins.begin() + tensors) {
-            tensor_begins[tensors++] = r.tensor.begin;
+  size_t best_plausible = 0;
+  size_t best_fitted = 0;
+  uint64_t den = 0;
+  auto consider = [&](uint64_t rl, uint64_t rh) {
+    const double x_lo = static_cast<double>(rl) / static_cast<double>(den);
+    const double x_hi = static_cast<double>(rh) / static_cast<double>(den);
+    if (x_lo < own.lo_min || x_lo > own.lo_max || x_hi < own.hi_min || x_hi > own.hi_max) return;
+    SlicePattern p{.lo_num = rl, .hi_num = rh, .den = den};
+    uint64_t before = 0, after = 0;
+    if (!Fits(o, p, &before, &after)) return;
+    // No allocation here: this runs for every candidate fraction, under
+    // the engine's lock.
+    std::array<uint64_t, kRemembered> tensor_begins;  // distinct tensors that fit
+    size_t tensors = 0;
+    uint64_t smallest = UINT64_MAX, largest = 0;
+    uint64_t max_before = 0, max_after = 0;
+    size_t read_around = 0, readahead = 0;  // slices whose margins are each of the kernel's
+    std::array<uint64_t, kRemembered> after_storage;
+    size_t fitted = 0;
+    for (size_t c = 0; c < n_compatible; ++c) {
+      const size_t i = compatible[c];
+      const Bounds& w = bounds[i];
+      if (x_lo < w.lo_min || x_lo > w.lo_max || x_hi < w.hi_min || x_hi > w.hi_max) continue;
+      const SliceObservation& r = recent_[i];
+      uint64_t rb = 0, ra = 0;
+      if (!Fits(r, p, &rb, &ra)) continue;
+      max_before = std::max(max_before, rb);
+      max_after = std::max(max_after, ra);
+      const int kernel = KernelMargins(r, rb, ra);
+      if (kernel & kReadAround) ++read_around;
+      if (kernel & kReadahead) ++readahead;
+      // Tensors do not overlap: one is known by where it begins.
+      if (std::find(tensor_begins.begin(), tensor_begins.begin() + tensors, r.tensor.begin) ==
+          tensor_begins.begin() + tensors) {
+        tensor_begins[tensors++] = r.tensor.begin;
+      }
+      smallest = std::min(smallest, r.tensor.size());
+      largest = std::max(largest, r.tensor.size());
+      p.before = std::max(p.before, rb);
+      after_storage[fitted++] = ra;
+    }
+    const std::span<uint64_t> afters(after_storage.data(), fitted);
+    // Tensors of one size all read at the same place may just be the
+    // kernel's readahead running on from the tensor before each; only one
+    // fraction of rows explains reads of tensors of different sizes.
+    if (static_cast<int>(tensors) < kMinSupport || 2 * largest < 3 * smallest) return;
+    // Bytes past a slice are the kernel's asynchronous readahead, which no
+    // reader waits for: the window takes the usual amount, and more, when
+    // the kernel asks for it, comes as it is asked for. Bytes before a
+    // slice are the read-around of the first fault, which the reader waits
+    // for: the window takes the most seen.
+    std::nth_element(afters.begin(), afters.begin() + afters.size() / 2, afters.end());
+    // The read-around of the fault on a slice's last page reaches as far
+    // past it as the first fault's reaches before the slice, and the
+    // reader waits for it too.
+    p.after = std::max(p.before, afters.empty() ? 0 : afters[afters.size() / 2]);
+    // Of fractions that explain as many tensors, the one with the more
+    // slices whose margins are what the kernel reads around a slice one way
+    // (KernelMargins: a reader copies its slices alike), if most are: a
+    // fraction near the reader's own but of a smaller denominator explains
+    // the slices of small tensors too, with margins the kernel does not read
+    // (0/5 for a reader of 0/8: 15 KiB past a 2 MiB tensor's slice, where 0/8
+    // has 177 KiB), or not all one way (3/12..4/12 for 4/16..5/16: 191 KiB
+    // past one slice, 60 and 53 past two others, where 4/16 has 159 to 224).
+    // Then the smaller denominator, or of one denominator the smaller
+    // margins.
+    const size_t plausible = std::max(read_around, readahead);
+    const uint64_t margins = max_before + max_after;
+    if (tensors > best_support ||
+        (tensors == best_support &&
+         ((plausible > best_plausible && 2 * plausible > fitted) ||
+          (plausible == best_plausible && best->den == den && margins < best_margins)))) {
+      best_support = tensors;
+      best_margins = margins;
+      best_plausible = plausible;
+      best_fitted = fitted;
+      best = p;
+    }
+  };
+  // The candidates: fractions whose ends lie where the kernel's margins
+  // around the new observation, or around the largest tensor compatible with
+  // it, put them. The largest pins a fraction down finest (the margins are
+  // bytes: a smaller share of a larger tensor); the new one is the one every
+  // candidate must explain. A slice begins in the rows its first touched
+  // byte lies in, or up to two read-around halves later (its first fault's
+  // read-around); it ends in the rows of its last touched byte, or up to
+  // what the kernel reads past a slice earlier. Where those margins span
+  // more than four rows of a denominator, the two rows at no margin and
+  // the two at the usual one (half a read-around before, that and one
+  // readahead after) are tried.
+  size_t lead = recent_.size() - 1;
+  for (size_t c = 0; c < n_compatible; ++c) {
+    if (recent_[compatible[c]].tensor.size() > recent_[lead].tensor.size()) lead = compatible[c];
+  }
+  const uint64_t reach_after = std::min(tuning_.max_margin / 2, tuning_.read_around_half + 2 * tuning_.readahead);
+  const uint64_t usual_after = tuning_.read_around_half + tuning_.readahead;
+  // Those places as fractions of the proposer's tensor, worked out once (a
+  // candidate only has to be near them: Fits decides).
+  struct Places {
+    double lo_first, lo_usual, lo_last, hi_first, hi_usual, hi_last;
+  };
+  auto places = [&](const SliceObservation& q) {
+    const double s = static_cast<double>(q.tensor.size());
+    const uint64_t qa = q.begin - q.tensor.begin;
+    const uint64_t qb = q.end - q.tensor.begin;
+    auto f = [&](uint64_t x) { return static_cast<double>(std::min(x, q.tensor.size())) / s; };
+    return Places{f(qa), f(qa + tuning_.read_around_half), f(qa + 2 * tuning_.read_around_half),
+                  f(qb - std::min(qb, reach_after)), f(qb - std::min(qb, usual_after)), f(qb)};
+  };
+  std::array<Places, 2> proposers{places(o), places(recent_[lead])};
+  const size_t n_proposers = lead == recent_.size() - 1 ? 1 : 2;
+  struct Rows {
+    std::array<uint64_t, 4> v;
+    size_t n = 0;
+    void Add(uint64_t x) {
+      if (std::find(v.begin(), v.begin() + n, x) == v.begin() + n) v[n++] = x;
+    }
+  };
+  // Rows first..last, or, past four of them, `edge`, the row beside it
+  // toward the other end, `usual` and the row after it.
+  auto rows = [](uint64_t first, uint64_t last, uint64_t edge, uint64_t usual) {
+    Rows r;
+    if (last - first < 4) {
+      for (uint64_t x = first; x <= last; ++x) r.Add(x);
+    } else {
+      r.Add(edge);
+      r.Add(edge == first ? first + 1 : last - 1);
+      r.Add(usual);
+      r.Add(usual + 1);
+    }
+    return r;
+  };
+  for (den = 1; den <= tuning_.max_den; ++den) {
+    // A fraction with every compatible tensor's support, its margins all the
+    // kernel's, wins over any of a larger denominator; with other margins,
+    // over any of more than twice its denominator (the neighbours that pass
+    // for a reader's own, of a smaller denominator, are 0/5 or 0/6 for 0/8).
+    if (best && best_support == distinct && den > best->den &&
+        (best_plausible == best_fitted || den > 2 * best->den)) {
+      break;
+    }
+    const double d = static_cast<double>(den);
+    auto row = [d](double fraction) { return static_cast<uint64_t>(fraction * d + 1e-9); };
+    std::array<std::pair<uint64_t, uint64_t>, 32> tried;
+    size_t n_tried = 0;
+    // Past the denominators at which one row of the new observation's tensor
+    // is at least a read-around half (a slice one row wide explains nothing
+    // smaller), only the new observation's rows at no margin: there the
+    // margins span many rows, and most fractions that fit are the same slice
+    // to a row or two.
+    const bool coarse = den * tuning_.read_around_half <= o.tensor.size();
+    for (size_t k = 0; k < (coarse ? n_proposers : 1); ++k) {
+      const Places& q = proposers[k];
+      const uint64_t lo = row(q.lo_first), hi = row(q.hi_last) + 1;
+      const Rows los = coarse ? rows(lo, row(q.lo_last) + 1, lo, row(q.lo_usual)) : rows(lo, lo + 1, lo, lo);
+      const Rows his = coarse ? rows(row(q.hi_first), hi, hi, row(q.hi_usual)) : rows(hi - 1, hi, hi, hi);
+      for (size_t i = 0; i < los.n; ++i) {
+        for (size_t j = 0; j < his.n; ++j) {
+          const std::pair<uint64_t, uint64_t> f{los.v[i], his.v[j]};
+          if (f.first >= f.second || f.second > den ||
+              std::find(tried.begin(), tried.begin() + n_tried, f) != tried.begin() + n_tried) {
+            continue;
           }
-          smallest = std::min(smallest, r.tensor.size());
-          largest = std::max(largest, r.tensor.size());
-          p.before = std::max(p.before, rb);
-          after_storage[fitted++] = ra;
-        }
-        const std::span<uint64_t> afters(after_storage.data(), fitted);
-        // Tensors of one size all read at the same place may just be the
-        // kernel's readahead running on from the tensor before each; only one
-        // fraction of rows explains reads of tensors of different sizes.
-        if (static_cast<int>(tensors) < kMinSupport || 2 * largest < 3 * smallest) continue;
-        // Bytes past a slice are the kernel's asynchronous readahead, which no
-        // reader waits for: the window takes the usual amount, and more, when
-        // the kernel asks for it, comes as it is asked for. Bytes before a
-        // slice are the read-around of the first fault, which the reader waits
-        // for: the window takes the most seen.
-        std::nth_element(afters.begin(), afters.begin() + afters.size() / 2, afters.end());
-        // The read-around of the fault on a slice's last page reaches as far
-        // past it as the first fault's reaches before the slice, and the
-        // reader waits for it too.
-        p.after = std::max(p.before, afters.empty() ? 0 : afters[afters.size() / 2]);
-        const uint64_t margins = max_before + max_after;
-        if (tensors > best_support || (tensors == best_support && best->den == den && margins < best_margins)) {
-          best_support = tensors;
-          best_margins = margins;
-          best = p;
+          tried[n_tried++] = f;
+          consider(f.first, f.second);
         }
       }
     }

@@ -75,6 +75,8 @@ struct SliceObservation {
   TensorSpan tensor;
   uint64_t begin = 0;
   uint64_t end = 0;
+  // The readahead of the file it was made in; 0: the learner's Tuning's.
+  uint64_t readahead = 0;
 };
 
 class SliceLearner {
@@ -98,6 +100,14 @@ class SliceLearner {
  private:
   // Whether rows lo/den..hi/den of `p` explain `o`, and with which margins.
   bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const;
+  // Which of the kernel's ways of reading around a slice margins `before`
+  // and `after` of one in `o` are (Fits allows more, for readers that copy
+  // in other orders): the read-around of its first and last pages only
+  // (kReadAround), or readahead windows running on past it (kReadahead);
+  // 0: neither.
+  static constexpr int kReadAround = 1;
+  static constexpr int kReadahead = 2;
+  int KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const;
 
   Tuning tuning_;
   std::deque<SliceObservation> recent_;

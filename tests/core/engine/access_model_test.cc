@@ -107,6 +107,28 @@ TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) 
   EXPECT_GT(whole.clock.whole_until, whole.clock.reads);
 }
 
+// Slices at a tensor's edge smaller than Tuning::spill_max: the first
+// rank's (the read-around of its first page reaches back across the edge
+// into the tensor before) and the last rank's (its readahead runs on across
+// the edge into the tensor after). Each reader's own rows are learned; what
+// the kernel read across the edge is not taken for them.
+TEST_F(AccessModelTest, SlicesAtATensorsEdgeAreLearnedAndTheReadsAcrossItAreNot) {
+  for (const uint64_t rank : {uint64_t{0}, uint64_t{7}}) {
+    AccessModel model(tuning_, std::nullopt);
+    ReaderState r;
+    for (size_t i = 1; i < 16 && model.patterns().empty(); ++i) {
+      const ByteRange rows = Rows(i, rank, 8);
+      ASSERT_LT(rows.length + kRead, tuning_.spill_max);
+      for (const ByteRange& read : FaultReads(rows.offset, rows.end())) {
+        model.Classify(plan_, "m", AccessModel::Reader{r.trail, r.clock, r.learner}, read);
+      }
+    }
+    ASSERT_EQ(model.patterns().size(), 1u) << "rank " << rank;
+    EXPECT_TRUE(model.patterns()[0].pattern.SameSlice(SlicePattern::Shard(rank, 8)))
+        << "rank " << rank << ": " << model.patterns()[0].pattern.ToString();
+  }
+}
+
 // -o shard=R/N: the pattern is there from the start, and is never dropped.
 TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
   AccessModel model(tuning_, SlicePattern::Shard(2, 4, tuning_));

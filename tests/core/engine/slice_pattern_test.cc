@@ -75,6 +75,79 @@ TEST(SlicePatternTest, LearnsTheReadersOwnFractionNotANarrowerNeighbour) {
   EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 2, .hi_num = 3, .den = 8})) << learned->ToString();
 }
 
+// Reads of ranks of 8 as mounts saw them, in a shuffled order (bf16, hidden
+// 736: tensors of 2 and 1 MiB), the first three informative ones each made
+// (the second, a header's read-around, teaches nothing).
+struct SeenRank {
+  uint64_t rank;
+  std::vector<std::pair<uint64_t, uint64_t>> reads;  // in tensors 2 MiB, 1 MiB, 1 MiB, 1 MiB
+};
+std::vector<SliceObservation> SmallTensorReads(const SeenRank& seen) {
+  const TensorSpan mlp{10000000, 10000000 + 2166784, 2944};
+  const TensorSpan attn0{20000000, 20000000 + 1083392, 1472};
+  const TensorSpan attn1{30000000, 30000000 + 1083392, 1472};
+  const TensorSpan attn2{40000000, 40000000 + 1083392, 1472};
+  std::vector<SliceObservation> out;
+  const TensorSpan* tensors[] = {&mlp, &attn0, &attn1, &attn2};
+  for (size_t i = 0; i < seen.reads.size(); ++i) {
+    const TensorSpan& t = *tensors[i];
+    out.push_back(SliceObservation{t, t.begin + seen.reads[i].first, t.begin + seen.reads[i].second});
+  }
+  return out;
+}
+
+// The kernel reads 176 to 188 KiB past these slices, more than a row of 8
+// in a 1 MiB tensor (132 KiB): the fraction is where the reads end less
+// those margins, not in the rows the reads end in (where 2/9..4/9 was found).
+TEST(SlicePatternTest, LearnsTheReadersFractionWhenItsMarginsSpanMoreThanARow) {
+  const std::optional<SlicePattern> learned = LearnFrom(
+      SmallTensorReads({2, {{472696, 988792}, {0, 60472}, {204984, 594104}, {202936, 592056}}}));
+  ASSERT_TRUE(learned.has_value());
+  EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 2, .hi_num = 3, .den = 8})) << learned->ToString();
+}
+
+// Fractions of smaller denominators also explain these three tensors (1/7,
+// 3/6..4/6, 3/5..4/5), but with margins the kernel does not read around a
+// slice (85 KiB past one: more than a read-around, less than a readahead
+// window): the reader's own fraction, whose margins it does read, wins.
+TEST(SlicePatternTest, LearnsTheFractionWhoseMarginsAreTheKernels) {
+  for (const SeenRank& seen : {SeenRank{1, {{202360, 726648}, {0, 60472}, {69816, 463032}, {67768, 460984}}},
+                               SeenRank{4, {{1017464, 1529464}, {0, 64568}, {475320, 856248}, {473272, 854200}}},
+                               SeenRank{5, {{1287800, 1807992}, {0, 64568}, {610488, 1003704}, {608440, 1001656}}}}) {
+    const std::optional<SlicePattern> learned = LearnFrom(SmallTensorReads(seen));
+    ASSERT_TRUE(learned.has_value()) << "rank " << seen.rank;
+    EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = seen.rank, .hi_num = seen.rank + 1, .den = 8}))
+        << "rank " << seen.rank << ": " << learned->ToString();
+  }
+}
+
+// Ranks 4, 8 and 12 of 16 (bf16, hidden 1536: tensors of 1.5, 4.5 and 7.5
+// MiB). Rows 3/12..4/12 explain rank 4's three reads too, with margins past
+// them that the kernel could read (191 KiB, a readahead window and more; 60
+// and 53 KiB, a last page's read-around), but not all one way, where a
+// reader copies its slices alike: 4/16..5/16 has 159 to 224 KiB past each.
+TEST(SlicePatternTest, LearnsTheFractionWhoseMarginsAreTheKernelsOneWay) {
+  const TensorSpan q_proj{10000000, 10000000 + 1572864, 3072};
+  const TensorSpan o_proj{20000000, 20000000 + 4718592, 3072};
+  const TensorSpan mlp{30000000, 30000000 + 7864320, 5120};
+  const std::vector<std::pair<uint64_t, std::vector<std::pair<uint64_t, uint64_t>>>> ranks = {
+      {4, {{326648, 715768}, {1113080, 1633272}, {1900536, 2674680}}},
+      {8, {{719864, 1108984}, {2292728, 2812920}, {3866616, 4640760}}},
+      {12, {{1113080, 1502200}, {3472376, 3992568}, {5832696, 6606840}}}};
+  for (const auto& [rank, reads] : ranks) {
+    std::vector<SliceObservation> seen;
+    const TensorSpan* tensors[] = {&q_proj, &o_proj, &mlp};
+    for (size_t i = 0; i < reads.size(); ++i) {
+      seen.push_back(SliceObservation{*tensors[i], tensors[i]->begin + reads[i].first,
+                                      tensors[i]->begin + reads[i].second});
+    }
+    const std::optional<SlicePattern> learned = LearnFrom(seen);
+    ASSERT_TRUE(learned.has_value()) << "rank " << rank;
+    EXPECT_TRUE(learned->SameSlice(SlicePattern{.lo_num = rank, .hi_num = rank + 1, .den = 16}))
+        << "rank " << rank << ": " << learned->ToString();
+  }
+}
+
 // A slice smaller than what the kernel reads around it: rank 1 of 8 of a
 // 1.5 MiB tensor is 192 KiB, and the kernel read 65 KiB before it and 251 KiB
 // past it. Its own fraction explains it (the read-around of the first page,
