@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace tensorfs {
 
@@ -217,8 +218,10 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
     return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
   });
   const uint64_t run = touch == touches.end() ? range.length : range.end() - touch->range.offset;
-  // A copy whose end is known is read ahead no further (see AccessModel::Classify).
-  const uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
+  // A copy whose end is known is read ahead no further (see AccessModel::Classify),
+  // nor, before it is, a likely slice past its likely end.
+  uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
+  if (touch != touches.end() && touch->copy_end == 0) limit = std::min(limit, LikelySliceEnd(plan, access, *touch));
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
@@ -233,6 +236,33 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   const uint64_t ahead = std::max(run, tuning_.first_piece);
   if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
   PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + 2 * ahead) - frontier});
+}
+
+uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& access,
+                                      const AccessModel::Touch& touch) const {
+  const std::vector<TensorSpan>& tensors = plan.tensors();
+  const TensorSpan& t = tensors[static_cast<size_t>(touch.tensor)];
+  if (access.trail.left.empty()) return t.end;
+  const auto& [k, seen] = access.trail.left.back();
+  if (k == touch.tensor || k < 0 || static_cast<size_t>(k) >= tensors.size()) return t.end;
+  const TensorSpan& s = tensors[static_cast<size_t>(k)];
+  // Where the rows began in each: the kernel read half a read-around before
+  // them, unless they begin with their tensor.
+  auto start = [&](const TensorSpan& x, uint64_t at) {
+    return at == x.begin ? 0.0 : static_cast<double>(at + tuning_.read_around_half - x.begin) / x.size();
+  };
+  const double lo = start(s, seen.offset);
+  const double here = start(t, touch.range.offset);
+  const double slack = static_cast<double>(2 * tuning_.read_around_half + 2 * t.row_bytes + tuning_.page);
+  if (seen.end() >= s.end || std::abs(here - lo) * static_cast<double>(t.size()) > slack) return t.end;
+  // And where they ended: past them the kernel read the read-around of the
+  // last page and a readahead window, usually. They end at that fraction here
+  // too, and the kernel reads up to two windows past them.
+  const uint64_t usual = tuning_.read_around_half + tuning_.readahead;
+  const double hi = std::max(lo, static_cast<double>(seen.end() - std::min(seen.end(), s.begin + usual)) / s.size());
+  const uint64_t end = t.begin + static_cast<uint64_t>(hi * static_cast<double>(t.size())) +
+                       tuning_.read_around_half + 2 * tuning_.readahead;
+  return std::min(t.end, (end + tuning_.page - 1) & ~(tuning_.page - 1));
 }
 
 void FetchPlanner::PrefetchPieces(ObjectState& state, ByteRange range) {

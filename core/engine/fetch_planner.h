@@ -110,9 +110,15 @@ class FetchPlanner {
   void TopUpSliceSweep(ObjectState& state, int id, size_t from);
   void StartSliceSweep(ObjectState& state, int id, size_t from);
   // Prefetch for a reader not known yet: the bytes ahead of it within the
-  // tensor (or the copy it makes, once known), as many as it has read there
-  // in a row.
+  // tensor (or the copy it makes, once known, or the slice it likely reads:
+  // LikelySliceEnd), as many as it has read there in a row.
   void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range);
+  // Where a reader not known yet, reading `touch`, likely stops reading its
+  // tensor: where the last tensor it left ended, at the same fraction, when
+  // it began this one at the fraction it began that one (a slice reader
+  // before its pattern is learned, whose rows would else be read ahead past
+  // by as much as it has read of them); the tensor's end if not.
+  uint64_t LikelySliceEnd(const ChunkPlan& plan, const AccessState& access, const AccessModel::Touch& touch) const;
   // Prefetches the rest of tensor `index` (a whole-tensor reader's).
   void ContinueTensor(ObjectState& state, size_t index);
   // Requests the parts of `range` not cached or coming, as pieces of up to

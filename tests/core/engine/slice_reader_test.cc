@@ -41,10 +41,11 @@ class SliceReaderTest : public ::testing::Test {
   }
 
   // Reads [offset, offset + size) and checks the bytes.
-  void Read(ReadEngine& engine, uint64_t offset, uint64_t size) {
+  void Read(ReadEngine& engine, uint64_t offset, uint64_t size, ReadHints hints = {}) {
     size = std::min(size, checkpoint_.shard.size - offset);
     std::promise<StatusOr<ReadResult>> promise;
-    engine.Read(checkpoint_.shard, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); });
+    engine.Read(
+        checkpoint_.shard, offset, size, [&](StatusOr<ReadResult> r) { promise.set_value(std::move(r)); }, hints);
     StatusOr<ReadResult> r = promise.get_future().get();
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     std::string got;
@@ -187,6 +188,60 @@ TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
     // each), give or take a page per tensor.
     const uint64_t outside = BytesOutside(store.reads(), mark, Windows(engine, engine.SlicePatterns().front(), kPage));
     EXPECT_LE(outside, learned_after * kPage) << "rank " << rank << ": " << outside << " bytes outside the windows";
+  }
+}
+
+// A copy that touches its pages in order only (a large memcpy, past glibc's
+// non-temporal threshold) does not show where it ends. A reader not known yet
+// is read ahead within a tensor by as much as it has read there; once it has
+// left one tensor, one that begins the next at the fraction of its rows it
+// began that one at is read ahead no further than that fraction ends and the
+// kernel's readahead past it (FetchPlanner::LikelySliceEnd).
+TEST_F(SliceReaderTest, LearningReadsInOrderFetchesLittleMoreThanTheKernelReads) {
+  for (uint64_t rank : {1u, 2u}) {
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
+    Metrics metrics;
+    ReadEngine engine(store, Options(), metrics);
+    // Tensors of 3 MiB and more: slices of 768 KiB and more, which a reader
+    // read ahead by as much as it has read would be read past by as much.
+    std::vector<TensorSpan> tensors = Tensors(engine);
+    std::erase_if(tensors, [](const TensorSpan& t) { return t.size() < (3u << 20); });
+    std::shuffle(tensors.begin(), tensors.end(), std::mt19937(5));
+    const size_t mark = store.reads().size();
+    std::vector<ByteRange> kernel;  // what the kernel read, each tensor's as one range
+    uint64_t first_read = 0;
+    for (size_t i = 0; i < tensors.size() && engine.SlicePatterns().empty(); ++i) {
+      const ByteRange rows = Rows(tensors[i], rank, 4);
+      // The read-around of the first page, then readahead windows in order, up
+      // to one past the slice.
+      const ReadHints reader{.reader = ReaderId{1}};  // one open file
+      const uint64_t begin = (rows.offset - kRead / 2) & ~(kPage - 1);
+      Read(engine, begin, kRead, reader);
+      const uint64_t until = std::min(rows.end() + kRead, checkpoint_.shard.size);
+      uint64_t at = (rows.offset + kRead / 2) & ~(kPage - 1);
+      for (; at < until; at += kRead) Read(engine, at, kRead, reader);
+      kernel.push_back(ByteRange{begin, at - begin});
+      if (i == 0) first_read = at - begin;
+    }
+    ASSERT_FALSE(engine.SlicePatterns().empty()) << "rank " << rank;
+    WaitIdle(store);
+    // In the tensors read, past what the kernel read there (the bytes of the
+    // other tensors are the learned pattern's sweep): the first tensor's
+    // reads were read ahead by up to twice as much as was read there; after
+    // it, by no more than the kernel may read past a slice.
+    std::vector<ByteRange> allowed = kernel;
+    std::vector<TensorSpan> read(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(kernel.size()));
+    std::sort(read.begin(), read.end(), [](const TensorSpan& x, const TensorSpan& y) { return x.begin < y.begin; });
+    uint64_t from = 0;
+    for (const TensorSpan& t : read) {
+      allowed.push_back(ByteRange{from, t.begin - from});
+      from = t.end;
+    }
+    allowed.push_back(ByteRange{from, checkpoint_.shard.size - from});
+    const uint64_t beyond = BytesOutside(store.reads(), mark, allowed);
+    EXPECT_LE(beyond, 2 * first_read + (kernel.size() - 1) * (kRead / 2 + 2 * kRead + kPage))
+        << "rank " << rank << ": " << beyond << " bytes fetched past the kernel's reads of " << kernel.size()
+        << " tensors";
   }
 }
 
