@@ -198,7 +198,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       continue;
     }
     const SliceObservation o{tensors[static_cast<size_t>(touch.tensor)], touch.range.offset, touch.range.end(),
-                             r.file_readahead != 0 ? r.file_readahead : readahead_};
+                             FileReadahead(r.file_readahead)};
     // The kernel reading on past the end of one tensor (or around the start
     // of the next) into a neighbour tells nothing about the reader's slice.
     // A small touch at a tensor's edge, or near it, is the kernel reading
@@ -321,7 +321,7 @@ bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, Byte
 }
 
 uint64_t AccessModel::ReadAroundHalf(uint64_t file_readahead) const {
-  const uint64_t readahead = file_readahead != 0 ? file_readahead : readahead_;
+  const uint64_t readahead = FileReadahead(file_readahead);
   if (readahead == 0 || readahead >= tuning_.readahead) return tuning_.read_around_half;
   return tuning_.HalfOf(readahead);
 }

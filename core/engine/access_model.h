@@ -124,6 +124,9 @@ class AccessModel {
   // The files of the mount are now opened at `readahead` (0: the kernel's
   // default).
   void SetReadahead(uint64_t readahead) { readahead_ = readahead; }
+  // The readahead of a file opened at `file_readahead` (0: at the one files
+  // are opened with now); 0 when that is the kernel's default, left as it is.
+  uint64_t FileReadahead(uint64_t file_readahead) const { return file_readahead != 0 ? file_readahead : readahead_; }
   // The window of `pattern` in tensor `index` of `plan`, for files opened at
   // `file_readahead` (0: at the readahead files are opened with now): below
   // the readahead the engine learns at (a slice readahead), its margins are

@@ -221,7 +221,9 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // A copy whose end is known is read ahead no further (see AccessModel::Classify),
   // nor, before it is, a likely slice past its likely end.
   uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
-  if (touch != touches.end() && touch->copy_end == 0) limit = std::min(limit, LikelySliceEnd(plan, access, *touch));
+  if (touch != touches.end() && touch->copy_end == 0) {
+    limit = std::min(limit, LikelySliceEnd(plan, access, *touch, model_.FileReadahead(state.file_readahead)));
+  }
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
@@ -239,29 +241,29 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
 }
 
 uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& access,
-                                      const AccessModel::Touch& touch) const {
+                                      const AccessModel::Touch& touch, uint64_t file_readahead) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   const TensorSpan& t = tensors[static_cast<size_t>(touch.tensor)];
   if (access.trail.left.empty()) return t.end;
   const auto& [k, seen] = access.trail.left.back();
   if (k == touch.tensor || k < 0 || static_cast<size_t>(k) >= tensors.size()) return t.end;
   const TensorSpan& s = tensors[static_cast<size_t>(k)];
+  const Tuning::SliceMargins m = tuning_.MarginsAt(file_readahead);
   // Where the rows began in each: the kernel read half a read-around before
   // them, unless they begin with their tensor.
   auto start = [&](const TensorSpan& x, uint64_t at) {
-    return at == x.begin ? 0.0 : static_cast<double>(at + tuning_.read_around_half - x.begin) / x.size();
+    return at == x.begin ? 0.0 : static_cast<double>(at + m.half - x.begin) / x.size();
   };
   const double lo = start(s, seen.offset);
   const double here = start(t, touch.range.offset);
-  const double slack = static_cast<double>(2 * tuning_.read_around_half + 2 * t.row_bytes + tuning_.page);
+  const double slack = static_cast<double>(2 * m.half + 2 * t.row_bytes + tuning_.page);
   if (seen.end() >= s.end || std::abs(here - lo) * static_cast<double>(t.size()) > slack) return t.end;
   // And where they ended: past them the kernel read the read-around of the
   // last page and a readahead window, usually. They end at that fraction here
   // too, and the kernel reads up to two windows past them.
-  const uint64_t usual = tuning_.read_around_half + tuning_.readahead;
-  const double hi = std::max(lo, static_cast<double>(seen.end() - std::min(seen.end(), s.begin + usual)) / s.size());
-  const uint64_t end = t.begin + static_cast<uint64_t>(hi * static_cast<double>(t.size())) +
-                       tuning_.read_around_half + 2 * tuning_.readahead;
+  const double hi =
+      std::max(lo, static_cast<double>(seen.end() - std::min(seen.end(), s.begin + m.UsualAfter())) / s.size());
+  const uint64_t end = t.begin + static_cast<uint64_t>(hi * static_cast<double>(t.size())) + m.MostAfter();
   return std::min(t.end, (end + tuning_.page - 1) & ~(tuning_.page - 1));
 }
 

@@ -117,8 +117,10 @@ class FetchPlanner {
   // tensor: where the last tensor it left ended, at the same fraction, when
   // it began this one at the fraction it began that one (a slice reader
   // before its pattern is learned, whose rows would else be read ahead past
-  // by as much as it has read of them); the tensor's end if not.
-  uint64_t LikelySliceEnd(const ChunkPlan& plan, const AccessState& access, const AccessModel::Touch& touch) const;
+  // by as much as it has read of them); the tensor's end if not. The kernel's
+  // margins are those of files opened at `file_readahead`.
+  uint64_t LikelySliceEnd(const ChunkPlan& plan, const AccessState& access, const AccessModel::Touch& touch,
+                          uint64_t file_readahead) const;
   // Prefetches the rest of tensor `index` (a whole-tensor reader's).
   void ContinueTensor(ObjectState& state, size_t index);
   // Requests the parts of `range` not cached or coming, as pieces of up to

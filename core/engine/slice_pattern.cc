@@ -26,30 +26,34 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 // take two rows and a page, for loaders that split rows differently), at most
 // twice the read-around's half before it and max_margin / 2 past it, and in
 // all no more than the core or than the kernel reads around a slice,
-// whichever is more. A core smaller than the
-// kernel's read-around explains nothing: such a slice cannot be told from what
-// the kernel reads around other readers' pages.
+// whichever is more; the kernel's margins are those of the file `o` was made
+// in (Tuning::MarginsAt). A core smaller than the mount's read-around
+// explains nothing: such a slice cannot be told from what the kernel reads
+// around other readers' pages.
 }  // namespace
 
 bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
   const ByteRange core = p.Core(o.tensor);
+  // Slices smaller than the mount's read-around are not learned, whatever
+  // file they are seen in: the kernel's reads around pages near tensors'
+  // edges (a header parsed, a neighbour's slice) are that small.
   if (core.length < tuning_.read_around_half) return false;
+  const Tuning::SliceMargins m = tuning_.MarginsAt(o.readahead);
   const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
   // Before the slice the kernel reads the read-around of its first page (a
   // page or two more where the reader's copy did not start at the slice).
-  if (o.begin > core.offset + tol || core.offset > o.begin + 2 * tuning_.read_around_half) return false;
+  if (o.begin > core.offset + tol || core.offset > o.begin + 2 * m.half) return false;
   if (o.end + tol < core.end() || o.end > core.end() + tuning_.max_margin / 2) return false;
   *before = core.offset > o.begin ? core.offset - o.begin : 0;
   *after = o.end > core.end() ? o.end - core.end() : 0;
   // What the kernel reads around a slice: the read-around of its first page
   // before it, up to two readahead windows past its last.
-  const uint64_t kernel = tuning_.read_around_half + 2 * tuning_.readahead;
-  return *before + *after <= std::max(core.length, kernel);
+  return *before + *after <= std::max(core.length, m.half + 2 * m.window);
 }
 
 int SliceLearner::KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const {
-  const uint64_t readahead = o.readahead != 0 ? o.readahead : tuning_.readahead;
-  const uint64_t half = tuning_.HalfOf(readahead);
+  const Tuning::SliceMargins m = tuning_.MarginsAt(o.readahead);
+  const uint64_t half = m.half, readahead = m.window;
   const uint64_t slack = 2 * o.tensor.row_bytes + kPage;
   // Before a slice: the read-around of the page its first row begins in (a
   // page more where the copy began a page in), or less at a tensor's start.
@@ -152,7 +156,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     const SliceObservation& r = recent_[i];
     const double s = static_cast<double>(r.tensor.size());
     const double slack = static_cast<double>(4 * r.tensor.row_bytes + kPage + 1);
-    const double before = static_cast<double>(2 * tuning_.read_around_half + 2 * r.tensor.row_bytes + 1);
+    const double before = static_cast<double>(2 * tuning_.MarginsAt(r.readahead).half + 2 * r.tensor.row_bytes + 1);
     const double half = static_cast<double>(tuning_.max_margin / 2 + 2 * r.tensor.row_bytes + 1);
     const double rb = static_cast<double>(r.begin - r.tensor.begin);
     const double re = static_cast<double>(r.end - r.tensor.begin);
@@ -278,22 +282,24 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   for (size_t c = 0; c < n_compatible; ++c) {
     if (recent_[compatible[c]].tensor.size() > recent_[lead].tensor.size()) lead = compatible[c];
   }
-  const uint64_t reach_after = std::min(tuning_.max_margin / 2, tuning_.read_around_half + 2 * tuning_.readahead);
-  const uint64_t usual_after = tuning_.read_around_half + tuning_.readahead;
   // Those places as fractions of the proposer's tensor, worked out once (a
   // candidate only has to be near them: Fits decides).
   struct Places {
     double lo_first, lo_usual, lo_last, hi_first, hi_usual, hi_last;
   };
   auto places = [&](const SliceObservation& q) {
+    const Tuning::SliceMargins m = tuning_.MarginsAt(q.readahead);
+    const uint64_t reach_after = std::min(tuning_.max_margin / 2, m.MostAfter());
+    const uint64_t usual_after = m.UsualAfter();
     const double s = static_cast<double>(q.tensor.size());
     const uint64_t qa = q.begin - q.tensor.begin;
     const uint64_t qb = q.end - q.tensor.begin;
     auto f = [&](uint64_t x) { return static_cast<double>(std::min(x, q.tensor.size())) / s; };
-    return Places{f(qa), f(qa + tuning_.read_around_half), f(qa + 2 * tuning_.read_around_half),
+    return Places{f(qa), f(qa + m.half), f(qa + 2 * m.half),
                   f(qb - std::min(qb, reach_after)), f(qb - std::min(qb, usual_after)), f(qb)};
   };
   std::array<Places, 2> proposers{places(o), places(recent_[lead])};
+  const uint64_t o_half = tuning_.MarginsAt(o.readahead).half;
   const size_t n_proposers = lead == recent_.size() - 1 ? 1 : 2;
   struct Rows {
     std::array<uint64_t, 4> v;
@@ -334,7 +340,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     // smaller), only the new observation's rows at no margin: there the
     // margins span many rows, and most fractions that fit are the same slice
     // to a row or two.
-    const bool coarse = den * tuning_.read_around_half <= o.tensor.size();
+    const bool coarse = den * o_half <= o.tensor.size();
     for (size_t k = 0; k < (coarse ? n_proposers : 1); ++k) {
       const Places& q = proposers[k];
       const uint64_t lo = row(q.lo_first), hi = row(q.hi_last) + 1;

@@ -14,6 +14,7 @@
 #ifndef TENSORFS_CORE_ENGINE_TUNING_H_
 #define TENSORFS_CORE_ENGINE_TUNING_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -31,6 +32,28 @@ struct Tuning {
   // Half the read-around of an mmap fault in a file opened at `readahead`,
   // in whole pages (at least one).
   uint64_t HalfOf(uint64_t readahead) const { return readahead / 2 > page ? (readahead / 2) & ~(page - 1) : page; }
+
+  // What the kernel reads around a slice copied out of an mmap of a file
+  // opened at a readahead: before it, the read-around's half (its first
+  // page's read-around); past it, the read-around's half (its last page
+  // faulted first, the pages before then found cached) or one to two
+  // readahead windows (the copy entering the window its first fault read has
+  // the kernel ask for the next).
+  struct SliceMargins {
+    uint64_t half = kDefaultReadahead / 2;  // the read-around's half
+    uint64_t window = kDefaultReadahead;    // one readahead window
+    // Past a slice, as a copy in page order usually has it: its last page's
+    // read-around and one window.
+    uint64_t UsualAfter() const { return half + window; }
+    // The most the kernel reads past a slice: its last page's read-around
+    // and two windows.
+    uint64_t MostAfter() const { return half + 2 * window; }
+  };
+  // For files opened at `file_readahead` (0: the mount's).
+  SliceMargins MarginsAt(uint64_t file_readahead) const {
+    const uint64_t window = file_readahead != 0 ? std::max(file_readahead, page) : readahead;
+    return SliceMargins{.half = HalfOf(window), .window = window};
+  }
 
   // --- What the kernel does.
   uint64_t page = 4096;

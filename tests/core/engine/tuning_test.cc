@@ -43,6 +43,23 @@ TEST(TuningTest, WholeTensorThresholdStopsAtFourRequests) {
   EXPECT_EQ(Tuning::For(8 << 20, 16 << 20).read_around_half, 8u << 20);
 }
 
+// A slice's margins are those of the file it is read in: a file opened at the
+// slice readahead has the kernel read less around it than the mount's.
+TEST(TuningTest, SliceMarginsAreTheFilesReadaheads) {
+  const Tuning t = Tuning::For(8 << 20, 0, 32 << 10);
+  const Tuning::SliceMargins mount = t.MarginsAt(0);
+  EXPECT_EQ(mount.half, 64u << 10);
+  EXPECT_EQ(mount.window, 128u << 10);
+  EXPECT_EQ(mount.UsualAfter(), 192u << 10);
+  EXPECT_EQ(mount.MostAfter(), 320u << 10);
+  const Tuning::SliceMargins slice = t.MarginsAt(32 << 10);
+  EXPECT_EQ(slice.half, 16u << 10);
+  EXPECT_EQ(slice.UsualAfter(), 48u << 10);
+  EXPECT_EQ(slice.MostAfter(), 80u << 10);
+  EXPECT_EQ(t.MarginsAt(1 << 20).half, 512u << 10);
+  EXPECT_EQ(t.MarginsAt(100).window, 4096u);
+}
+
 TEST(TuningTest, ReadaheadBelowAPageIsAPage) {
   const Tuning t = Tuning::For(64 << 10, 100);
   EXPECT_EQ(t.readahead, 4096u);
