@@ -206,7 +206,7 @@ void FetchPlanner::ContinueTensor(ObjectState& state, size_t index) {
   }
 }
 
-void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range) {
+void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
@@ -221,7 +221,7 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // A copy whose end is known is read ahead no further (see AccessModel::Classify),
   // nor, before it is, a likely slice past its likely end.
   uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
-  if (touch != touches.end() && touch->copy_end == 0) {
+  if (touch != touches.end() && touch->copy_end == 0 && named) {
     limit = std::min(limit, LikelySliceEnd(plan, access, *touch, model_.FileReadahead(state.file_readahead)));
   }
   // How far the bytes after the read are cached or coming already.
@@ -244,8 +244,22 @@ uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& 
                                       const AccessModel::Touch& touch, uint64_t file_readahead) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   const TensorSpan& t = tensors[static_cast<size_t>(touch.tensor)];
-  if (access.trail.left.empty()) return t.end;
-  const auto& [k, seen] = access.trail.left.back();
+  // The rows the reader read of the tensor it began before this one: of its
+  // touches of other tensors, the one it began last, while not left yet (a
+  // touch is left some reads after the reader moved on); a touch up to its
+  // tensor's end tells no fraction (a layer norm's page read whole, the
+  // kernel reading around the next tensor's start). Else the touch it left
+  // last.
+  const AccessModel::Touch* before = nullptr;
+  for (const AccessModel::Touch& x : access.trail.touches) {
+    if (x.tensor == touch.tensor || x.tensor < 0 || static_cast<size_t>(x.tensor) >= tensors.size() ||
+        x.range.end() >= tensors[static_cast<size_t>(x.tensor)].end) {
+      continue;
+    }
+    if (before == nullptr || x.first_read > before->first_read) before = &x;
+  }
+  if (before == nullptr && access.trail.left.empty()) return t.end;
+  const auto [k, seen] = before != nullptr ? std::pair{before->tensor, before->range} : access.trail.left.back();
   if (k == touch.tensor || k < 0 || static_cast<size_t>(k) >= tensors.size()) return t.end;
   const TensorSpan& s = tensors[static_cast<size_t>(k)];
   const Tuning::SliceMargins m = tuning_.MarginsAt(file_readahead);

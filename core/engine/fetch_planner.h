@@ -112,10 +112,12 @@ class FetchPlanner {
   // Prefetch for a reader not known yet: the bytes ahead of it within the
   // tensor (or the copy it makes, once known, or the slice it likely reads:
   // LikelySliceEnd), as many as it has read there in a row.
-  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range);
+  // `named`: the reads are one reader's (the reads of no reader may be
+  // several slice readers': no likely slice end is known for them).
+  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named);
   // Where a reader not known yet, reading `touch`, likely stops reading its
-  // tensor: where the last tensor it left ended, at the same fraction, when
-  // it began this one at the fraction it began that one (a slice reader
+  // tensor: where its rows of the tensor it began before ended, at the same
+  // fraction, when it began this one at the fraction it began that one (a slice reader
   // before its pattern is learned, whose rows would else be read ahead past
   // by as much as it has read of them); the tensor's end if not. The kernel's
   // margins are those of files opened at `file_readahead`.

@@ -398,7 +398,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
       planner_.TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
     } else if (kernel_read && mode == Mode::kUnknown) {
-      if (!spans_tensors) planner_.RampWithinTensor(state, *access, op->range);
+      if (!spans_tensors) planner_.RampWithinTensor(state, *access, op->range, op->hints.reader.value != 0);
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
       planner_.UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
     }
