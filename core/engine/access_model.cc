@@ -321,9 +321,9 @@ bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, Byte
 }
 
 uint64_t AccessModel::ReadAroundHalf(uint64_t file_readahead) const {
-  const uint64_t readahead = FileReadahead(file_readahead);
-  if (readahead == 0 || readahead >= tuning_.readahead) return tuning_.read_around_half;
-  return tuning_.HalfOf(readahead);
+  // A file opened at more than the mount's readahead (a whole reader's) is
+  // read around no wider than the mount's: the windows learned there hold.
+  return std::min(tuning_.MarginsAt(FileReadahead(file_readahead)).half, tuning_.read_around_half);
 }
 
 ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index,

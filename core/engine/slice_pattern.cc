@@ -48,7 +48,7 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   *after = o.end > core.end() ? o.end - core.end() : 0;
   // What the kernel reads around a slice: the read-around of its first page
   // before it, up to two readahead windows past its last.
-  return *before + *after <= std::max(core.length, m.half + 2 * m.window);
+  return *before + *after <= std::max(core.length, m.MostAfter());
 }
 
 int SliceLearner::KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const {
@@ -299,7 +299,6 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
                   f(qb - std::min(qb, reach_after)), f(qb - std::min(qb, usual_after)), f(qb)};
   };
   std::array<Places, 2> proposers{places(o), places(recent_[lead])};
-  const uint64_t o_half = tuning_.MarginsAt(o.readahead).half;
   const size_t n_proposers = lead == recent_.size() - 1 ? 1 : 2;
   struct Rows {
     std::array<uint64_t, 4> v;
@@ -336,11 +335,11 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     std::array<std::pair<uint64_t, uint64_t>, 32> tried;
     size_t n_tried = 0;
     // Past the denominators at which one row of the new observation's tensor
-    // is at least a read-around half (a slice one row wide explains nothing
-    // smaller), only the new observation's rows at no margin: there the
+    // is at least the mount's read-around half (the least slice Fits learns,
+    // in any file), only the new observation's rows at no margin: there the
     // margins span many rows, and most fractions that fit are the same slice
     // to a row or two.
-    const bool coarse = den * o_half <= o.tensor.size();
+    const bool coarse = den * tuning_.read_around_half <= o.tensor.size();
     for (size_t k = 0; k < (coarse ? n_proposers : 1); ++k) {
       const Places& q = proposers[k];
       const uint64_t lo = row(q.lo_first), hi = row(q.hi_last) + 1;
