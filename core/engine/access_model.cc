@@ -328,15 +328,25 @@ uint64_t AccessModel::ReadAroundHalf(uint64_t file_readahead) const {
 
 ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& pattern, size_t index,
                                 uint64_t file_readahead) const {
-  if (const uint64_t half = ReadAroundHalf(file_readahead); half < tuning_.read_around_half) {
+  const TensorSpan& t = plan.tensors()[index];
+  const uint64_t half = ReadAroundHalf(file_readahead);
+  SlicePattern narrow = pattern;
+  if (half < tuning_.read_around_half) {
     // Files opened at a slice readahead: the kernel reads no further around
     // a slice than that, whatever margins were learned at the larger one.
-    SlicePattern narrow = pattern;
     narrow.before = std::min(narrow.before, half);
     narrow.after = std::min(narrow.after, 2 * half);
-    return narrow.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
   }
-  return pattern.Window(plan.tensors()[index], plan.data_start(), plan.data_end());
+  // The kernel marks the page half a read-around's half past a fault for
+  // readahead: a slice that ends before it (a layer norm's few rows) is
+  // copied without reaching it, and nothing is read past the read-around of
+  // its first page.
+  const ByteRange core = pattern.Core(t);
+  const uint64_t first_page = core.offset & ~(tuning_.page - 1);
+  if (core.end() <= first_page + half / 2) {
+    narrow.after = std::min(narrow.after, first_page + half - std::min(first_page + half, core.end()));
+  }
+  return narrow.Window(t, plan.data_start(), plan.data_end());
 }
 
 }  // namespace tensorfs

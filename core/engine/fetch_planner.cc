@@ -232,37 +232,53 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
     frontier = at->range.end();
   }
   // Ahead by as much as the reader has read of the tensor, topped up in steps
-  // that double, so that each request is larger than the one before: a slice
-  // reader's rows end somewhere, and what was fetched past them is no more
-  // than what it read.
+  // that double, so that each request is larger than the one before. A
+  // reader that began within the tensor reads a slice, whose rows end
+  // somewhere: what is fetched past them is no more than what it read. One
+  // that began at its start may read it whole: twice that.
   const uint64_t ahead = std::max(run, tuning_.first_piece);
+  const bool within = touch != touches.end() && touch->range.offset > t.begin;
   if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
-  PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + 2 * ahead) - frontier});
+  PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + (within ? ahead : 2 * ahead)) - frontier});
 }
 
 uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& access,
                                       const AccessModel::Touch& touch, uint64_t file_readahead) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   const TensorSpan& t = tensors[static_cast<size_t>(touch.tensor)];
+  const Tuning::SliceMargins m = tuning_.MarginsAt(file_readahead);
+  // Touches that tell no fraction: up to their tensor's end (a layer norm's
+  // page read whole, the kernel reading around the next tensor's start).
+  // Those from their tensor's start no further than one read-around may be
+  // the kernel reading around a page before it (a header parsed, a layer
+  // norm): they are taken only where no other touch tells.
+  enum Tells { kNothing, kMaybe, kRows };
+  auto tells = [&](int k, ByteRange seen) {
+    if (k < 0 || static_cast<size_t>(k) >= tensors.size()) return kNothing;
+    const TensorSpan& x = tensors[static_cast<size_t>(k)];
+    if (seen.end() >= x.end) return kNothing;
+    return seen.offset <= x.begin && seen.end() <= x.begin + 2 * m.half ? kMaybe : kRows;
+  };
   // The rows the reader read of the tensor it began before this one: of its
   // touches of other tensors, the one it began last, while not left yet (a
-  // touch is left some reads after the reader moved on); a touch up to its
-  // tensor's end tells no fraction (a layer norm's page read whole, the
-  // kernel reading around the next tensor's start). Else the touch it left
-  // last.
-  const AccessModel::Touch* before = nullptr;
+  // touch is left some reads after the reader moved on); else the touch it
+  // left last. One that tells rows over one that may.
+  Tells told = kNothing;
+  int k = -1;
+  ByteRange seen;
+  uint64_t first_read = 0;
   for (const AccessModel::Touch& x : access.trail.touches) {
-    if (x.tensor == touch.tensor || x.tensor < 0 || static_cast<size_t>(x.tensor) >= tensors.size() ||
-        x.range.end() >= tensors[static_cast<size_t>(x.tensor)].end) {
-      continue;
+    const Tells y = x.tensor == touch.tensor ? kNothing : tells(x.tensor, x.range);
+    if (y > told || (y != kNothing && y == told && x.first_read > first_read)) {
+      told = y, k = x.tensor, seen = x.range, first_read = x.first_read;
     }
-    if (before == nullptr || x.first_read > before->first_read) before = &x;
   }
-  if (before == nullptr && access.trail.left.empty()) return t.end;
-  const auto [k, seen] = before != nullptr ? std::pair{before->tensor, before->range} : access.trail.left.back();
-  if (k == touch.tensor || k < 0 || static_cast<size_t>(k) >= tensors.size()) return t.end;
+  for (auto l = access.trail.left.rbegin(); told != kRows && l != access.trail.left.rend(); ++l) {
+    const Tells y = l->first == touch.tensor ? kNothing : tells(l->first, l->second);
+    if (y > told) told = y, k = l->first, seen = l->second;
+  }
+  if (told == kNothing) return t.end;
   const TensorSpan& s = tensors[static_cast<size_t>(k)];
-  const Tuning::SliceMargins m = tuning_.MarginsAt(file_readahead);
   // Where the rows began in each: the kernel read half a read-around before
   // them, unless they begin with their tensor.
   auto start = [&](const TensorSpan& x, uint64_t at) {
@@ -271,7 +287,7 @@ uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& 
   const double lo = start(s, seen.offset);
   const double here = start(t, touch.range.offset);
   const double slack = static_cast<double>(2 * m.half + 2 * t.row_bytes + tuning_.page);
-  if (seen.end() >= s.end || std::abs(here - lo) * static_cast<double>(t.size()) > slack) return t.end;
+  if (std::abs(here - lo) * static_cast<double>(t.size()) > slack) return t.end;
   // And where they ended: past them the kernel read the read-around of the
   // last page and a readahead window, usually. They end at that fraction here
   // too, and the kernel reads up to two windows past them.

@@ -140,6 +140,37 @@ TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
   EXPECT_EQ(a.pattern, &model.patterns()[0]);
 }
 
+// A slice of a layer norm (a few rows in one page) is copied without reaching
+// the page the kernel marks for readahead: its window ends where the
+// read-around of its page does, not the learned margin past it, deep in the
+// tensor after. A slice that runs past that page keeps the margin.
+TEST_F(AccessModelTest, ASliceWithinAPageIsReadAroundNoFurther) {
+  SafetensorsHeader h;
+  h.header_length = 4088;
+  uint64_t at = 0;
+  for (auto [name, shape] : {std::pair<const char*, std::vector<uint64_t>>{"a", {256, 1024}}, {"norm", {1024}},
+                             {"b", {256, 1024}}}) {
+    const uint64_t bytes = 4 * (shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
+    h.tensors.push_back(TensorInfo{name, Dtype::F32, shape, at, at + bytes});
+    at += bytes;
+  }
+  const ChunkPlan plan = ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  SlicePattern p = SlicePattern::Shard(1, 4, tuning_);
+  p.before = 68 << 10;
+  p.after = 212 << 10;
+  AccessModel model(tuning_, std::nullopt);
+  for (uint64_t readahead : {uint64_t{0}, uint64_t{16} << 10}) {
+    const uint64_t half = model.ReadAroundHalf(readahead);
+    const ByteRange norm = p.Core(plan.tensors()[1]);
+    ASSERT_LT(norm.length, kPage);
+    EXPECT_EQ(model.WindowOf(plan, p, 1, readahead).end(), (norm.offset & ~(kPage - 1)) + half)
+        << "readahead " << readahead;
+    const ByteRange b = p.Core(plan.tensors()[2]);
+    EXPECT_EQ(model.WindowOf(plan, p, 2, readahead).end(), b.end() + std::min(p.after, readahead ? 2 * half : p.after))
+        << "readahead " << readahead;
+  }
+}
+
 // At the slice readahead, the windows' margins are no wider than what the
 // kernel reads around a fault there.
 TEST_F(AccessModelTest, SliceReadaheadNarrowsTheWindows) {

@@ -246,6 +246,77 @@ TEST_F(SliceReaderTest, LearningReadsInOrderFetchesLittleMoreThanTheKernelReads)
   }
 }
 
+// A reader not known yet that began within a tensor reads a slice of it: it is
+// read ahead there by no more than it has read (one that began at a tensor's
+// start may read it whole, and is read ahead by twice as much).
+TEST_F(SliceReaderTest, FirstSliceIsReadAheadNoFurtherThanItsReaderRead) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  Metrics metrics;
+  ReadEngine engine(store, Options(), metrics);
+  const std::vector<TensorSpan> tensors = Tensors(engine);
+  const auto t = std::find_if(tensors.begin(), tensors.end(), [](const TensorSpan& x) { return x.size() >= (3u << 20); });
+  ASSERT_NE(t, tensors.end());
+  const size_t mark = store.reads().size();
+  // Rows 1/4..2/4 (768 KiB), copied as the kernel reads them: the read-around
+  // of the first page, then readahead windows up to one past the slice.
+  const ReadHints reader{.reader = ReaderId{1}};
+  const ByteRange rows = Rows(*t, 1, 4);
+  const uint64_t begin = (rows.offset - kRead / 2) & ~(kPage - 1);
+  uint64_t at = (rows.offset + kRead / 2) & ~(kPage - 1);
+  Read(engine, begin, kRead, reader);
+  for (; at < rows.end() + kRead; at += kRead) Read(engine, at, kRead, reader);
+  WaitIdle(store);
+  const uint64_t read = at - begin;
+  const uint64_t past = BytesOutside(store.reads(), mark, {ByteRange{0, at}});
+  EXPECT_LE(past, read) << past << " bytes fetched past the " << read << " the kernel read of the tensor";
+}
+
+// A reader's touch of a tensor's first bytes no further than one read-around
+// (the kernel reading around a layer norm's page into the tensor after it)
+// tells no fraction of its rows while a touch of another tensor does: a slice
+// begun in a third tensor is bounded by that one's rows, not read ahead by as
+// much as was read of it.
+TEST_F(SliceReaderTest, ReadAroundIntoATensorsStartDoesNotHideTheRowsOfTheTensorBefore) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  Metrics metrics;
+  ReadEngine engine(store, Options(), metrics);
+  const std::vector<TensorSpan> tensors = Tensors(engine);
+  auto large = [](const TensorSpan& x) { return x.size() >= (3u << 20); };
+  // A layer norm followed by a large tensor, with large tensors before and after.
+  size_t norm = 0;
+  for (size_t i = 1; i + 1 < tensors.size() && norm == 0; ++i) {
+    if (tensors[i].size() < kPage && large(tensors[i + 1]) &&
+        std::any_of(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(i), large) &&
+        std::count_if(tensors.begin() + static_cast<std::ptrdiff_t>(i) + 2, tensors.end(), large) > 0) {
+      norm = i;
+    }
+  }
+  ASSERT_NE(norm, 0u);
+  const TensorSpan first = *std::find_if(tensors.begin(), tensors.begin() + static_cast<std::ptrdiff_t>(norm), large);
+  const TensorSpan third = *std::find_if(tensors.begin() + static_cast<std::ptrdiff_t>(norm) + 2, tensors.end(), large);
+  const ReadHints reader{.reader = ReaderId{1}};
+  auto copy = [&](const TensorSpan& t) {
+    const ByteRange rows = Rows(t, 1, 4);
+    const uint64_t begin = (rows.offset - kRead / 2) & ~(kPage - 1);
+    uint64_t at = (rows.offset + kRead / 2) & ~(kPage - 1);
+    Read(engine, begin, kRead, reader);
+    for (; at < rows.end() + kRead; at += kRead) Read(engine, at, kRead, reader);
+    return ByteRange{begin, at - begin};
+  };
+  copy(first);
+  // The layer norm's page faulted: its read-around reaches half a read-around
+  // into the tensor after it.
+  const uint64_t around = (tensors[norm].begin - kRead / 2) & ~(kPage - 1);
+  Read(engine, around, kRead, reader);
+  ASSERT_TRUE(engine.SlicePatterns().empty()) << "learned from one slice";
+  const size_t mark = store.reads().size();
+  const ByteRange kernel = copy(third);
+  WaitIdle(store);
+  ASSERT_TRUE(engine.SlicePatterns().empty()) << "learned from two slices";
+  const uint64_t past = BytesOutside(store.reads(), mark, {ByteRange{0, kernel.end()}});
+  EXPECT_LE(past, kRead / 2 + 2 * kRead + kPage) << past << " bytes fetched past the kernel's reads of the third tensor";
+}
+
 // A loader copying whole tensors (the header parsed through mmap, then each
 // tensor copied: its first page, its last, the rest) is told from a slice
 // reader by its first copy, early enough that every chunk still comes in one
