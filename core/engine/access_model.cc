@@ -337,10 +337,10 @@ ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& patte
     narrow.before = std::min(narrow.before, half);
     narrow.after = std::min(narrow.after, 2 * half);
   }
-  // The kernel marks the page half a read-around's half past a fault for
-  // readahead: a slice that ends before it (a layer norm's few rows) is
-  // copied without reaching it, and nothing is read past the read-around of
-  // its first page.
+  // The kernel marks for readahead the page a quarter of a read-around past
+  // a fault: a slice that ends before it (a layer norm's few rows) is copied
+  // without reaching it, and nothing is read past the read-around of its
+  // first page.
   const ByteRange core = pattern.Core(t);
   const uint64_t first_page = core.offset & ~(tuning_.page - 1);
   if (core.end() <= first_page + half / 2) {

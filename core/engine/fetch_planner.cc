@@ -270,12 +270,19 @@ uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& 
   for (const AccessModel::Touch& x : access.trail.touches) {
     const Tells y = x.tensor == touch.tensor ? kNothing : tells(x.tensor, x.range);
     if (y > told || (y != kNothing && y == told && x.first_read > first_read)) {
-      told = y, k = x.tensor, seen = x.range, first_read = x.first_read;
+      told = y;
+      k = x.tensor;
+      seen = x.range;
+      first_read = x.first_read;
     }
   }
   for (auto l = access.trail.left.rbegin(); told != kRows && l != access.trail.left.rend(); ++l) {
     const Tells y = l->first == touch.tensor ? kNothing : tells(l->first, l->second);
-    if (y > told) told = y, k = l->first, seen = l->second;
+    if (y > told) {
+      told = y;
+      k = l->first;
+      seen = l->second;
+    }
   }
   if (told == kNothing) return t.end;
   const TensorSpan& s = tensors[static_cast<size_t>(k)];
