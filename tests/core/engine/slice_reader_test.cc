@@ -257,8 +257,9 @@ TEST_F(SliceReaderTest, FirstSliceIsReadAheadNoFurtherThanItsReaderRead) {
   const auto t = std::find_if(tensors.begin(), tensors.end(), [](const TensorSpan& x) { return x.size() >= (3u << 20); });
   ASSERT_NE(t, tensors.end());
   const size_t mark = store.reads().size();
-  // Rows 1/4..2/4 (768 KiB), copied as the kernel reads them: the read-around
-  // of the first page, then readahead windows up to one past the slice.
+  // Rows 1/4..2/4 (a quarter of the tensor), copied as the kernel reads
+  // them: the read-around of the first page, then readahead windows up to
+  // one past the slice.
   const ReadHints reader{.reader = ReaderId{1}};
   const ByteRange rows = Rows(*t, 1, 4);
   const uint64_t begin = (rows.offset - kRead / 2) & ~(kPage - 1);
