@@ -344,7 +344,7 @@ ByteRange AccessModel::WindowOf(const ChunkPlan& plan, const SlicePattern& patte
   const ByteRange core = pattern.Core(t);
   const uint64_t first_page = core.offset & ~(tuning_.page - 1);
   if (core.end() <= first_page + half / 2) {
-    narrow.after = std::min(narrow.after, first_page + half - std::min(first_page + half, core.end()));
+    narrow.after = std::min(narrow.after, first_page + half - core.end());
   }
   return narrow.Window(t, plan.data_start(), plan.data_end());
 }

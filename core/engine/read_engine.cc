@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/safetensors/checkpoint.h"
 #include "core/safetensors/header.h"
 #include "core/util/log_limiter.h"
 
@@ -108,8 +109,9 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
   if (inserted || r.object != state.info.id()) {
     r.object = state.info.id();
     // Its file was opened at the readahead then in force (the sink takes a
-    // change before the next open).
-    state.file_readahead = readahead_wanted_;
+    // change before the next open, and a shard's own value at its open).
+    state.file_readahead =
+        per_file_readahead_ ? readahead_.WantedFor(IsOneOfSeveralShards(state.info.name)) : readahead_wanted_;
     r.access = AccessState{};
     for (const Stream& st : state.access.streams) {
       if (st.continuation) r.access.streams.push_back(st);
@@ -168,6 +170,8 @@ void ReadEngine::SetReadaheadSink(std::function<void(uint64_t)> sink) {
     MutexLock lock(readahead_mu_);
     readahead_sink_ = std::move(sink);
     readahead_applied_ = UINT64_MAX;
+    MutexLock engine_lock(mu_);
+    per_file_readahead_ = readahead_sink_ != nullptr;
   }
   ApplyReadahead();
 }
@@ -189,6 +193,20 @@ void ReadEngine::ApplyReadahead() {
   if (wanted == readahead_applied_) return;
   readahead_applied_ = wanted;
   if (wanted != 0) readahead_sink_(wanted);
+}
+
+void ReadEngine::Opening(std::string_view name) {
+  if (!IsSafetensorsFileName(name)) return;
+  MutexLock sink_lock(readahead_mu_);
+  if (!readahead_sink_) return;
+  uint64_t wanted = 0;
+  {
+    MutexLock lock(mu_);
+    wanted = readahead_.WantedFor(IsOneOfSeveralShards(name));
+  }
+  if (wanted == 0 || wanted == readahead_applied_) return;
+  readahead_applied_ = wanted;
+  readahead_sink_(wanted);
 }
 
 void ReadEngine::PruneObjects() {

@@ -226,9 +226,17 @@ class ReadEngine final : private FetchPlanner::Host {
 
   // Where the readahead policy's value goes (the FUSE adapter writes the
   // mount's bdi): called at once with the value wanted now, then each time
-  // what the engine learns of its readers changes it; never under mu_, one
+  // what the engine learns of its readers changes it, and when a safetensors
+  // file that wants another value is opened (Opening); never under mu_, one
   // call at a time, the last call with the value wanted last.
   void SetReadaheadSink(std::function<void(uint64_t bytes)> sink) EXCLUDES(readahead_mu_, mu_);
+  // The object `name` is being opened: a safetensors file gets the readahead
+  // the policy wants for it (ReadaheadPolicy::WantedFor) through the sink now,
+  // before the open is answered, as the kernel sets an opened file's
+  // readahead from the mount's once the open returns. Other files take the
+  // value in force. Two safetensors files wanting different values, opened
+  // at the same instant, may both get the second.
+  void Opening(std::string_view name) EXCLUDES(readahead_mu_, mu_);
   // The readahead the policy wants for files opened now (0: the kernel's).
   uint64_t WantedReadahead() EXCLUDES(mu_);
 
@@ -323,6 +331,9 @@ class ReadEngine final : private FetchPlanner::Host {
   Mutex readahead_mu_ ACQUIRED_BEFORE(mu_);
   std::function<void(uint64_t)> readahead_sink_ GUARDED_BY(readahead_mu_);
   uint64_t readahead_applied_ GUARDED_BY(readahead_mu_) = UINT64_MAX;
+  // A sink applies each safetensors file's own value at its open (Opening);
+  // without one every file is taken to be at readahead_wanted_.
+  bool per_file_readahead_ GUARDED_BY(mu_) = false;
   std::unique_ptr<ReadTrace> trace_;  // see EngineOptions::trace_reads
   LogRateLimiter inconsistency_log_{std::chrono::seconds(10), "engine inconsistencies"};
   // Its lock is taken after mu_ (jobs are pushed and promoted under mu_); a

@@ -7,6 +7,7 @@ ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uin
   if (explicit_read_ahead) return Options{.unknown = read_ahead, .whole = read_ahead, .slice = read_ahead, .fixed = true};
   const Kind declared = shard_world == 0 ? Kind::kUnknown : shard_world == 1 ? Kind::kWhole : Kind::kSlice;
   return Options{.unknown = kUnknownDefault,
+                 .unknown_shard = kUnknownShardDefault,
                  .whole = kWholeDefault,
                  .slice = kSliceDefault,
                  .slice_small = kSliceSmallDefault,
@@ -25,6 +26,12 @@ uint64_t ReadaheadPolicy::Wanted() const {
       break;
   }
   return options_.unknown;
+}
+
+uint64_t ReadaheadPolicy::WantedFor(bool shard) const {
+  const bool unknown = !options_.fixed && options_.declared == Kind::kUnknown && mode_ == Kind::kUnknown;
+  if (shard && unknown && options_.unknown_shard != 0) return options_.unknown_shard;
+  return Wanted();
 }
 
 void ReadaheadPolicy::Change(Kind before, Kind after) {

@@ -62,6 +62,22 @@ bool IsSafetensorsFileName(std::string_view name) {
   return base.size() > kSuffix.size() && base.ends_with(kSuffix);
 }
 
+bool IsOneOfSeveralShards(std::string_view name) {
+  if (!IsSafetensorsFileName(name)) return false;
+  name.remove_suffix(std::string_view(".safetensors").size());
+  auto digits = [](std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t of = name.rfind("-of-");
+  if (of == std::string_view::npos) return false;
+  const std::string_view count = name.substr(of + 4);
+  const std::string_view head = name.substr(0, of);
+  const size_t dash = head.rfind('-');
+  if (!digits(count) || dash == std::string_view::npos || !digits(head.substr(dash + 1))) return false;
+  const size_t first = count.find_first_not_of('0');
+  return first != std::string_view::npos && (count.size() - first > 1 || count[first] >= '2');
+}
+
 bool IsCheckpointDirectory(const Listing& listing) {
   return std::any_of(listing.objects.begin(), listing.objects.end(),
                      [](const ObjectInfo& o) { return IsSafetensorsFileName(o.name); });

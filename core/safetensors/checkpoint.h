@@ -77,6 +77,10 @@ struct CheckpointIndex {
 // True for names ending in ".safetensors" (with or without a directory prefix).
 bool IsSafetensorsFileName(std::string_view name);
 
+// True for a shard of a checkpoint in several files, named as Hugging Face
+// names them: "...-00002-of-00005.safetensors" (a count of 2 or more).
+bool IsOneOfSeveralShards(std::string_view name);
+
 // True if the listing holds at least one *.safetensors object.
 bool IsCheckpointDirectory(const Listing& listing);
 

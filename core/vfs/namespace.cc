@@ -247,13 +247,19 @@ StatusOr<std::vector<DirEntry>> Namespace::ReadDir(NodeId id) {
 }
 
 Status Namespace::Open(NodeId id) {
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(const Node* node, Find(id));
-  if (node->is_dir) return InvalidArgumentError("is a directory");
-  if (node->view != nullptr && !node->view->error().ok()) {
-    spdlog::warn("{}: {}", node->path, node->view->error().message());
-    return node->view->error().WithContext(node->path);
+  std::string object;
+  {
+    MutexLock lock(mu_);
+    ASSIGN_OR_RETURN(const Node* node, Find(id));
+    if (node->is_dir) return InvalidArgumentError("is a directory");
+    if (node->view != nullptr && !node->view->error().ok()) {
+      spdlog::warn("{}: {}", node->path, node->view->error().message());
+      return node->view->error().WithContext(node->path);
+    }
+    if (node->view == nullptr) object = node->object.name;
   }
+  // Before the open is answered: the kernel sets the file's readahead then.
+  if (!object.empty()) engine_.Opening(object);
   return OkStatus();
 }
 

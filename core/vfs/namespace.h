@@ -85,7 +85,8 @@ class Namespace {
   StatusOr<NodeAttr> GetAttr(NodeId node) EXCLUDES(mu_);
   // Entries in name order, without "." and "..".
   StatusOr<std::vector<DirEntry>> ReadDir(NodeId dir) EXCLUDES(mu_);
-  // Checks that `node` is a file that can be opened for reading.
+  // Checks that `node` is a file that can be opened for reading, and gives
+  // an object's file its readahead (ReadEngine::Opening) before it returns.
   Status Open(NodeId node) EXCLUDES(mu_);
   // Reads up to `size` bytes at `offset` (fewer at the end of the file, none past
   // it). `done` is called exactly once, on any thread, maybe before Read returns.

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -18,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/options/mount_options.h"
+#include "tests/support/checkpoint_gen.h"
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
@@ -94,6 +98,32 @@ TEST_F(ReadAheadMountTest, StatsCountFilesOpenedByTheirReadahead) {
   EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json::object());
   EXPECT_EQ(ReadWhole(mount->path() + "/f.bin").size(), 1u << 20);
   EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json({{"131072", 1}}));
+}
+
+// While nothing is known of its readers, a shard of a checkpoint in several
+// files is opened at half the kernel's default, a single-file checkpoint at
+// the default; other files take the value in force. Opening alone (no read)
+// tells the engine nothing of a reader, so nothing else moves the value.
+TEST_F(ReadAheadMountTest, AShardOfSeveralIsOpenedAtHalfTheDefaultWhileTheReadersAreUnknown) {
+  const testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 1, .hidden = 64, .intermediate = 128,
+                                .vocab = 256, .dtype = Dtype::BF16};
+  ASSERT_TRUE(testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = src_.path() + "/sharded"}).ok());
+  ASSERT_TRUE(testing::WriteCheckpoint(spec, {.num_shards = 1, .dir = src_.path() + "/single"}).ok());
+  auto mount = Mount({});
+  ASSERT_NE(mount, nullptr);
+  auto open_close = [&](const std::string& name) {
+    const int fd = ::open((mount->path() + "/" + name).c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0) << name << ": " << std::strerror(errno);
+    ::close(fd);
+  };
+  open_close("sharded/model-00001-of-00002.safetensors");
+  EXPECT_EQ(ReadAheadKib(mount->path()), 64) << mount->Log();
+  EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json({{"65536", 1}}));
+  open_close("sharded/config.json");
+  EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json({{"65536", 2}}));
+  open_close("single/model.safetensors");
+  EXPECT_EQ(ReadAheadKib(mount->path()), 128) << mount->Log();
+  EXPECT_EQ(OpenedAt(mount->path()), nlohmann::json({{"65536", 2}, {"131072", 1}}));
 }
 
 TEST_F(ReadAheadMountTest, ValueTheKernelRoundsIsAWarningNamingTheValueInForce) {

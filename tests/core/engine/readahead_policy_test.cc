@@ -107,6 +107,30 @@ TEST(ReadaheadPolicyTest, ReadAheadGivenIsKeptWhateverTheReaders) {
   EXPECT_EQ(p.Wanted(), 16u << 20);
 }
 
+// While nothing is known of the readers a shard of several is opened at half
+// the kernel's default; once a kind of reader is known, or declared, or the
+// value fixed, every file gets the same.
+TEST(ReadaheadPolicyTest, AShardOfSeveralGetsItsOwnValueOnlyWhileNothingIsKnown) {
+  ReadaheadPolicy p = Learned();
+  EXPECT_EQ(p.WantedFor(/*shard=*/true), ReadaheadPolicy::kUnknownShardDefault);
+  EXPECT_EQ(p.WantedFor(/*shard=*/false), ReadaheadPolicy::kUnknownDefault);
+  EXPECT_EQ(p.Wanted(), ReadaheadPolicy::kUnknownDefault) << "the mount's value";
+  p.Change(Kind::kUnknown, Kind::kWhole);
+  EXPECT_EQ(p.WantedFor(/*shard=*/true), ReadaheadPolicy::kWholeDefault);
+  p.Change(Kind::kWhole, Kind::kUnknown);
+  EXPECT_EQ(p.WantedFor(/*shard=*/true), ReadaheadPolicy::kWholeDefault) << "the last kind seen stays";
+
+  ReadaheadPolicy slice = Learned();
+  slice.Change(Kind::kUnknown, Kind::kSlice);
+  EXPECT_EQ(slice.WantedFor(/*shard=*/true), ReadaheadPolicy::kSliceDefault);
+  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/1)).WantedFor(true),
+            ReadaheadPolicy::kWholeDefault);
+  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(false, 0, /*shard_world=*/8)).WantedFor(true),
+            ReadaheadPolicy::kSliceDefault);
+  EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(true, 16 << 20, /*shard_world=*/0)).WantedFor(true),
+            16u << 20);
+}
+
 TEST(ReadaheadPolicyTest, ReadAheadZeroGivenLeavesTheKernelsAlone) {
   EXPECT_EQ(ReadaheadPolicy(ReadaheadPolicy::ForMount(true, 0, /*shard_world=*/0)).Wanted(), 0u);
 }

@@ -210,6 +210,27 @@ TEST_F(ReadaheadSinkTest, SliceReaderLearnedSetsTheSliceReadaheadOfItsSlicesSize
   }
 }
 
+// A safetensors file being opened gets its own value through the sink before
+// the open is answered: a shard of several half the kernel's default while
+// nothing is known of the readers; other files leave the value in force.
+TEST_F(ReadaheadSinkTest, AFileBeingOpenedGetsItsOwnReadaheadFirst) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  engine.Opening("m/model-00001-of-00002.safetensors");
+  engine.Opening("m/model-00002-of-00002.safetensors");
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kUnknownShardDefault}));
+  engine.Opening("m/config.json");
+  engine.Opening("m/model.safetensors");
+  EXPECT_EQ(applied_,
+            (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kUnknownShardDefault, ReadaheadPolicy::kUnknownDefault}));
+  ReadInterleaved(engine, 1, {0, 2}, 4, /*first_reader=*/100);
+  ASSERT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
+  const size_t calls = applied_.size();
+  engine.Opening("m/model-00002-of-00002.safetensors");
+  EXPECT_EQ(applied_.size(), calls) << "a whole reader seen: every file gets the whole readers' value";
+}
+
 TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWhileItReads) {
   ControlledStore store(checkpoint_.memory, /*hold=*/false);
   ReadEngine engine(store, Options(), metrics_);

@@ -29,6 +29,21 @@ std::string ReadRange(MemoryStore& store, const CatalogEntry& e) {
   return bytes;
 }
 
+TEST(CheckpointTest, ShardsOfSeveralAreToldByTheirNames) {
+  EXPECT_TRUE(IsOneOfSeveralShards("model-00001-of-00005.safetensors"));
+  EXPECT_TRUE(IsOneOfSeveralShards("models/x/model-00002-of-00002.safetensors"));
+  EXPECT_TRUE(IsOneOfSeveralShards("diffusion_pytorch_model-1-of-12.safetensors"));
+  EXPECT_TRUE(IsOneOfSeveralShards("model-00001-of-00010.safetensors"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model-00001-of-00001.safetensors")) << "one shard of one";
+  EXPECT_FALSE(IsOneOfSeveralShards("model-00001-of-00000.safetensors"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model.safetensors"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model-00001-of-00005.bin"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model-of-00005.safetensors")) << "no shard number";
+  EXPECT_FALSE(IsOneOfSeveralShards("model-00001-of-.safetensors"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model-00001-of-0000x.safetensors"));
+  EXPECT_FALSE(IsOneOfSeveralShards("model.safetensors.index.json"));
+}
+
 TEST(CheckpointTest, LoadsSingleFileCheckpoint) {
   MemoryStore store;
   ModelSpec spec;
