@@ -31,14 +31,15 @@
 // The last kind seen stays in force after its readers' files are closed (a
 // loader's next file is opened by a new reader once the last one is closed).
 // Only files opened after a change get the new value: a loader's first file
-// is read at `unknown` (or `unknown_shard`). Limits: one value for the whole mount at a time, so a
-// whole-tensor reader and a slice reader reading at once both get `whole`;
-// a slice reader coming to a mount set for whole readers has its first file
-// read at `whole`, where slices smaller than half of it are not learned
-// (give it -o shard=).
+// is read at `unknown` (or `unknown_shard`). Limits: one value for the whole
+// mount at a time, so a whole-tensor reader and a slice reader reading at
+// once both get `whole`; a slice reader coming to a mount set for whole
+// readers has its first file read at `whole`, where slices smaller than half
+// of it are not learned (give it -o shard=).
 //
-// Pure logic: ReadEngine tells it what its readers are and applies Wanted()
-// through a sink (the FUSE adapter writes the bdi).
+// Pure logic: ReadEngine tells it what its readers are and applies Wanted(),
+// or WantedFor() as a safetensors file is opened, through a sink (the FUSE
+// adapter writes the bdi).
 //
 // Thread-safety: none of its own; ReadEngine calls it under its mutex.
 #ifndef TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_

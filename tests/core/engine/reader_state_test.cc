@@ -222,8 +222,8 @@ TEST_F(ReadaheadSinkTest, AFileBeingOpenedGetsItsOwnReadaheadFirst) {
   EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kUnknownShardDefault}));
   engine.Opening("m/config.json");
   engine.Opening("m/model.safetensors");
-  EXPECT_EQ(applied_,
-            (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kUnknownShardDefault, ReadaheadPolicy::kUnknownDefault}));
+  EXPECT_EQ(applied_, (std::vector<uint64_t>{128 << 10, ReadaheadPolicy::kUnknownShardDefault,
+                                              ReadaheadPolicy::kUnknownDefault}));
   ReadInterleaved(engine, 1, {0, 2}, 4, /*first_reader=*/100);
   ASSERT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
   const size_t calls = applied_.size();
