@@ -212,11 +212,12 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
                       (o.begin < o.tensor.begin + tuning_.spill_max || o.end + tuning_.spill_max > o.tensor.end);
     const bool spill = (touch.around_next || touch.spilled) && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
-    const bool known = spill || std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+    const auto known_by = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
       const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
+    const bool known = spill || known_by != patterns_.end();
     // A whole-tensor reader's touches are the kernel reading around its
     // copies' first and last pages, at its readahead: nothing to learn.
     const bool whole_reader = now < reader.whole_until || reader.presumed_whole;
@@ -242,22 +243,20 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       }
     }
     const bool scattered = access.clock < access.scattered_until;
-    if (!known && !whole_reader && !scattered) {
-      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it", name,
+    // The reader that learned a pattern, leaving rows of its core unread,
+    // reads a narrower slice: the kernel's margins around the first slices
+    // may fit near fractions alike (rank 0 of 16 read as 0/15), and a larger
+    // tensor tells them apart. Such touches teach its learner again, with
+    // the ones the pattern was learned from; a narrower fraction they all
+    // fit replaces the pattern (only its own: -o shard's is never learned).
+    const bool narrower = !spill && known_by != patterns_.end() && r.learner.Taught(known_by->pattern) &&
+                          known_by->pattern.LeavesUnread(o, tuning_.MarginsAt(o.readahead).window);
+    if ((!known || narrower) && !whole_reader && !scattered) {
+      spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it{}", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
-                    o.end - o.tensor.begin);
-      if (std::optional<SlicePattern> learned = r.learner.Observe(o)) {
-        const bool dup = std::any_of(patterns_.begin(), patterns_.end(),
-                                     [&](const ActivePattern& p) { return p.pattern.SameSlice(*learned); });
-        if (!dup) {
-          spdlog::info("{}: a reader takes {}: prefetching only those", name, learned->ToString());
-          patterns_.push_back(ActivePattern{next_pattern_id_++, *learned});
-          if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
-            const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
-            calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
-            patterns_.erase(dropped);
-          }
-        }
+                    o.end - o.tensor.begin, narrower ? ", less than the rows it is taken to read" : "");
+      if (std::optional<SlicePattern> found = r.learner.Observe(o, narrower ? &known_by->pattern : nullptr)) {
+        Learned(name, *found, narrower ? known_by->id : -1, calls);
       }
     }
     access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
@@ -295,6 +294,31 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     }
   }
   return said(Mode::kUnknown);
+}
+
+void AccessModel::Learned(const std::string& name, const SlicePattern& found, int narrowing,
+                          std::vector<PlannerCall>* calls) {
+  if (std::any_of(patterns_.begin(), patterns_.end(),
+                  [&](const ActivePattern& p) { return p.pattern.SameSlice(found); })) {
+    return;
+  }
+  const auto wider = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+    return p.id == narrowing && p.pattern.Contains(found);
+  });
+  if (wider != patterns_.end()) {
+    spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, found.ToString(),
+                 wider->pattern.ToString());
+    calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = wider->id});
+    *wider = ActivePattern{next_pattern_id_++, found};
+    return;
+  }
+  spdlog::info("{}: a reader takes {}: prefetching only those", name, found.ToString());
+  patterns_.push_back(ActivePattern{next_pattern_id_++, found});
+  if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
+    const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
+    calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
+    patterns_.erase(dropped);
+  }
 }
 
 bool AccessModel::IsNear(ByteRange window, ByteRange range) const {

@@ -142,6 +142,10 @@ class AccessModel {
   const ActivePattern* Pattern(int id) const;
 
  private:
+  // Takes `found`, a pattern a reader's learner completed, unless one of the
+  // same slice is known: in place of pattern `narrowing` where that is wider
+  // (its reader was seen leaving rows of it unread), else as one more.
+  void Learned(const std::string& name, const SlicePattern& found, int narrowing, std::vector<PlannerCall>* calls);
   // Whether `range` lies within Tuning::near_window of `window` (a slice
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;

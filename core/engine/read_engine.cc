@@ -190,6 +190,10 @@ void ReadEngine::ApplyReadahead() {
     wanted = readahead_wanted_;
     readahead_changed_.store(false, std::memory_order_relaxed);
   }
+  HandToSink(wanted);
+}
+
+void ReadEngine::HandToSink(uint64_t wanted) {
   if (wanted == readahead_applied_) return;
   readahead_applied_ = wanted;
   if (wanted != 0) readahead_sink_(wanted);
@@ -204,9 +208,8 @@ void ReadEngine::Opening(std::string_view name) {
     MutexLock lock(mu_);
     wanted = readahead_.WantedFor(IsOneOfSeveralShards(name));
   }
-  if (wanted == 0 || wanted == readahead_applied_) return;
-  readahead_applied_ = wanted;
-  readahead_sink_(wanted);
+  // 0 (the kernel's, left as it is) would leave the value in force.
+  if (wanted != 0) HandToSink(wanted);
 }
 
 void ReadEngine::PruneObjects() {

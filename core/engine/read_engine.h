@@ -305,6 +305,9 @@ class ReadEngine final : private FetchPlanner::Host {
   void LearnSliceSize(const ObjectState& state, const SlicePattern& pattern) REQUIRES(mu_);
   // Hands the policy's value to the sink if it changed (see SetReadaheadSink).
   void ApplyReadahead() EXCLUDES(readahead_mu_, mu_);
+  // Hands `wanted` to the sink unless it is the value handed last (0 is
+  // recorded but not handed: the kernel's own, left as it is).
+  void HandToSink(uint64_t wanted) REQUIRES(readahead_mu_);
 
   ObjectStore& store_;
   const EngineOptions options_;

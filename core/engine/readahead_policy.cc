@@ -17,7 +17,7 @@ ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uin
 
 uint64_t ReadaheadPolicy::Wanted() const {
   if (options_.fixed) return options_.unknown;
-  switch (options_.declared != Kind::kUnknown ? options_.declared : mode_) {
+  switch (InForce()) {
     case Kind::kWhole:
       return options_.whole;
     case Kind::kSlice:
@@ -29,8 +29,9 @@ uint64_t ReadaheadPolicy::Wanted() const {
 }
 
 uint64_t ReadaheadPolicy::WantedFor(bool shard) const {
-  const bool unknown = !options_.fixed && options_.declared == Kind::kUnknown && mode_ == Kind::kUnknown;
-  if (shard && unknown && options_.unknown_shard != 0) return options_.unknown_shard;
+  if (shard && !options_.fixed && InForce() == Kind::kUnknown && options_.unknown_shard != 0) {
+    return options_.unknown_shard;
+  }
   return Wanted();
 }
 

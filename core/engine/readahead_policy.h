@@ -108,6 +108,10 @@ class ReadaheadPolicy {
   bool slice_size_known() const { return slice_size_ != 0; }
 
  private:
+  // The kind whose value files get now: the declared one, else the one
+  // learned last (kUnknown before anything is).
+  Kind InForce() const { return options_.declared != Kind::kUnknown ? options_.declared : mode_; }
+
   const Options options_;
   int whole_open_ = 0;  // readers known to read whole tensors, with a file open
   Kind mode_ = Kind::kUnknown;  // the kind whose value is in force

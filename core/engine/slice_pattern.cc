@@ -32,6 +32,12 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 // around other readers' pages.
 }  // namespace
 
+uint64_t SliceLearner::LikelyBegin(const SliceObservation& o) const {
+  const uint64_t window = tuning_.MarginsAt(o.readahead).window;
+  const bool copied = o.end - o.begin >= 4 * window;
+  return copied && o.begin <= o.tensor.begin + window ? o.tensor.begin : o.begin;
+}
+
 bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
   const ByteRange core = p.Core(o.tensor);
   // Slices smaller than the mount's read-around are not learned, whatever
@@ -42,7 +48,10 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
   // Before the slice the kernel reads the read-around of its first page (a
   // page or two more where the reader's copy did not start at the slice).
-  if (o.begin > core.offset + tol || core.offset > o.begin + 2 * m.half) return false;
+  // A slice that begins with its tensor may have had its first pages read
+  // around a neighbour before the reader came (LikelyBegin).
+  const uint64_t begin = core.offset == o.tensor.begin ? LikelyBegin(o) : o.begin;
+  if (begin > core.offset + tol || core.offset > begin + 2 * m.half) return false;
   if (o.end + tol < core.end() || o.end > core.end() + tuning_.max_margin / 2) return false;
   *before = core.offset > o.begin ? core.offset - o.begin : 0;
   *after = o.end > core.end() ? o.end - core.end() : 0;
@@ -98,6 +107,14 @@ ByteRange SlicePattern::Window(const TensorSpan& t, uint64_t lower, uint64_t upp
   return ByteRange{begin, end > begin ? end - begin : 0};
 }
 
+bool SlicePattern::LeavesUnread(const SliceObservation& o, uint64_t edge) const {
+  const ByteRange core = Core(o.tensor);
+  const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
+  if (2 * (o.end - o.begin) < core.length) return false;  // not this reader's slice: a neighbour's read-around
+  return (o.begin > core.offset + tol && o.begin > o.tensor.begin + edge) ||
+         (o.end + tol < core.end() && o.end + edge < o.tensor.end);
+}
+
 uint64_t SlicePattern::MeanCore(std::span<const TensorSpan> tensors) const {
   uint64_t total = 0, count = 0;
   for (const TensorSpan& t : tensors) {
@@ -120,10 +137,21 @@ bool SliceLearner::Informative(const SliceObservation& o) {
   return o.end - o.begin <= size - size / 8;
 }
 
-std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
+std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, const SlicePattern* within) {
   if (!Informative(o)) return std::nullopt;
+  // A fraction within a pattern its reader was taken to read, which
+  // observations show narrower: the reader is known to read slices of about
+  // that size, so tensors of one size agreeing are no readahead running on.
+  auto spread = [within](uint64_t smallest, uint64_t largest) { return within != nullptr || 2 * largest >= 3 * smallest; };
   std::erase_if(recent_, [&](const SliceObservation& r) { return r.tensor.begin == o.tensor.begin &&
                                                                   r.tensor.end == o.tensor.end && r.begin == o.begin; });
+  // Narrowing a pattern: the observations it was learned from vote again.
+  if (within != nullptr) {
+    for (const SliceObservation& u : used_) {
+      if (recent_.size() + 1 < kRemembered) recent_.push_back(u);
+    }
+    used_.clear();
+  }
   recent_.push_back(o);
   if (recent_.size() > kRemembered) recent_.pop_front();
 
@@ -160,7 +188,8 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     const double half = static_cast<double>(tuning_.max_margin / 2 + 2 * r.tensor.row_bytes + 1);
     const double rb = static_cast<double>(r.begin - r.tensor.begin);
     const double re = static_cast<double>(r.end - r.tensor.begin);
-    bounds[i] = Bounds{(rb - slack) / s, (rb + before) / s, (re - half) / s, (re + slack) / s};
+    const double likely = static_cast<double>(LikelyBegin(r) - r.tensor.begin);
+    bounds[i] = Bounds{(likely - slack) / s, (rb + before) / s, (re - half) / s, (re + slack) / s};
   }
   // Every candidate explains `o` (the last one remembered): an observation
   // whose bounds share no fraction with its bounds supports none of them.
@@ -184,7 +213,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     smallest_size = std::min(smallest_size, r.tensor.size());
     largest_size = std::max(largest_size, r.tensor.size());
   }
-  if (static_cast<int>(distinct) < kMinSupport || 2 * largest_size < 3 * smallest_size) return std::nullopt;
+  if (static_cast<int>(distinct) < kMinSupport || !spread(smallest_size, largest_size)) return std::nullopt;
   std::optional<SlicePattern> best;
   size_t best_support = 0;
   uint64_t best_margins = 0;
@@ -196,6 +225,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     const double x_hi = static_cast<double>(rh) / static_cast<double>(den);
     if (x_lo < own.lo_min || x_lo > own.lo_max || x_hi < own.hi_min || x_hi > own.hi_max) return;
     SlicePattern p{.lo_num = rl, .hi_num = rh, .den = den};
+    if (within != nullptr && (!within->Contains(p) || within->SameSlice(p))) return;
     uint64_t before = 0, after = 0;
     if (!Fits(o, p, &before, &after)) return;
     // No allocation here: this runs for every candidate fraction, under
@@ -233,7 +263,7 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
     // Tensors of one size all read at the same place may just be the
     // kernel's readahead running on from the tensor before each; only one
     // fraction of rows explains reads of tensors of different sizes.
-    if (static_cast<int>(tensors) < kMinSupport || 2 * largest < 3 * smallest) return;
+    if (static_cast<int>(tensors) < kMinSupport || !spread(smallest, largest)) return;
     // Bytes past a slice are the kernel's asynchronous readahead, which no
     // reader waits for: the window takes the usual amount, and more, when
     // the kernel asks for it, comes as it is asked for. Bytes before a
@@ -364,10 +394,14 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o) {
   // reads beyond the edge were counted as the neighbour's).
   best->before = PageUp(std::max<uint64_t>(best->before, tuning_.read_around_half));
   best->after = PageUp(std::max<uint64_t>(best->after, tuning_.read_around_half));
+  used_.clear();
   std::erase_if(recent_, [&](const SliceObservation& r) {
     uint64_t rb = 0, ra = 0;
-    return Fits(r, *best, &rb, &ra);
+    if (!Fits(r, *best, &rb, &ra)) return false;
+    used_.push_back(r);
+    return true;
   });
+  taught_ = best;
   return best;
 }
 

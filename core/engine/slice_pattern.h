@@ -12,7 +12,9 @@
 // SliceLearner turns observations (the one range a reader touched in a tensor
 // it has left) into patterns: once kMinSupport observations from different
 // tensors agree on one fraction of rows, the fraction is known. Observations
-// of several readers (two ranks on one host) form separate patterns.
+// of several readers (two ranks on one host) form separate patterns. A
+// reader later seen leaving rows of its pattern unread teaches the learner
+// that taught it again, and a narrower fraction within it may come out.
 //
 // Thread-safety: SlicePattern is a value; SliceLearner has none of its own
 // (ReadEngine calls it with its mutex held).
@@ -41,6 +43,8 @@ struct TensorSpan {
   uint64_t rows() const { return row_bytes == 0 ? 0 : size() / row_bytes; }
 };
 
+struct SliceObservation;
+
 struct SlicePattern {
   // Rows [lo_num/den, hi_num/den) of every tensor, rounded out to whole rows.
   uint64_t lo_num = 0;
@@ -63,6 +67,18 @@ struct SlicePattern {
   // The mean size of its cores over `tensors`, counting those of a page or
   // more (a tensor of a few rows gives a few bytes, or none); 0 if none.
   uint64_t MeanCore(std::span<const TensorSpan> tensors) const;
+  // Whether the reader of `o` left rows of this pattern's core in `o`'s
+  // tensor unread: more than two rows and a page of it before the first byte
+  // it had the kernel read there, or past the last (loaders may split rows
+  // differently by that much), having read at least half of it (less is
+  // the kernel reading around a neighbour). Its own slice is narrower. An end of `o`
+  // within `edge` of its tensor's tells nothing: the kernel may have read
+  // the pages beyond it around a neighbour before the reader came.
+  bool LeavesUnread(const SliceObservation& o, uint64_t edge) const;
+  // Whether `other`'s rows all lie within this pattern's (as fractions).
+  bool Contains(const SlicePattern& other) const {
+    return lo_num * other.den <= other.lo_num * den && other.hi_num * den <= hi_num * other.den;
+  }
   bool SameSlice(const SlicePattern& other) const {
     return lo_num * other.den == other.lo_num * den && hi_num * other.den == other.hi_num * den;
   }
@@ -93,11 +109,23 @@ class SliceLearner {
 
   // Adds an observation. Returns the pattern it completes, if any: observations
   // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
-  // fraction of rows explains.
+  // fraction of rows explains. `within`: a pattern the reader was taken to
+  // read, which `o` leaves rows of unread (SlicePattern::LeavesUnread): only
+  // a narrower fraction within it is looked for, of tensors of any sizes.
   // Observations explained by a pattern already returned are used up.
-  std::optional<SlicePattern> Observe(const SliceObservation& o);
+  std::optional<SlicePattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr);
+  // Whether `p` is the pattern this learner returned last: a reader narrows
+  // only the pattern it learned (others may be other readers' own).
+  bool Taught(const SlicePattern& p) const { return taught_ && taught_->SameSlice(p); }
 
  private:
+  // Where the reader of `o` may have begun: its tensor's first byte when `o`
+  // is a copy (four readahead windows or more; a scattered page's
+  // read-around is one) that begins within one readahead window of it (those
+  // pages may have been read around a neighbour, a layer norm before it,
+  // before the reader came, and the kernel reads no page twice), else where
+  // `o` begins.
+  uint64_t LikelyBegin(const SliceObservation& o) const;
   // Whether rows lo/den..hi/den of `p` explain `o`, and with which margins.
   bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const;
   // Which of the kernel's ways of reading around a slice margins `before`
@@ -111,6 +139,8 @@ class SliceLearner {
 
   Tuning tuning_;
   std::deque<SliceObservation> recent_;
+  std::optional<SlicePattern> taught_;  // the last pattern returned
+  std::deque<SliceObservation> used_;  // the observations it explained
 };
 
 }  // namespace tensorfs

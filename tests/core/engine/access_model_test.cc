@@ -129,6 +129,67 @@ TEST_F(AccessModelTest, SlicesAtATensorsEdgeAreLearnedAndTheReadsAcrossItAreNot)
   }
 }
 
+// A reader whose first slices fit a wider fraction than its own (rank 0 of
+// 16 taken for 0/15, as a mount saw it: files at 64 KiB, tensors of 1.5 to
+// 7.5 MiB, then the embedding) is given its own once a larger tensor shows
+// it: the wider pattern is dropped, its sweeps with it, and the reader's
+// reads past its own rows are no longer in a window. Another reader, which
+// did not learn it, does not narrow it.
+TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt) {
+  SafetensorsHeader h;
+  h.header_length = 4088;
+  uint64_t at = 0;
+  for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{512, 1536}, {1536, 1536}, {1536, 2560}, {32000, 1536},
+                            {512, 1536}}) {
+    h.tensors.push_back(TensorInfo{"t" + std::to_string(at), Dtype::BF16, {rows, cols}, at, at + rows * cols * 2});
+    at += rows * cols * 2;
+  }
+  const ChunkPlan plan = ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  const auto& t = plan.tensors();
+  constexpr uint64_t kFile = 64 << 10;
+  AccessModel model(tuning_, std::nullopt);
+  std::vector<AccessModel::PlannerCall> calls;
+  // Reads of [begin, end) of tensor `i` in the file's readahead, then reads
+  // at the last tensor's start until they settle.
+  auto read = [&](ReaderState& r, size_t i, uint64_t begin, uint64_t end) {
+    const AccessModel::Reader reader{r.trail, r.clock, r.learner, true, kFile};
+    for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
+      const AccessModel::Answer a = model.Classify(plan, "m", reader, ByteRange{x, std::min(kFile, t[i].begin + end - x)});
+      calls.insert(calls.end(), a.calls.begin(), a.calls.end());
+    }
+    for (int k = 0; k < 10; ++k) {
+      const AccessModel::Answer a = model.Classify(plan, "m", reader, ByteRange{t[4].begin + k * kPage, kPage});
+      calls.insert(calls.end(), a.calls.begin(), a.calls.end());
+    }
+  };
+  ReaderState r;
+  read(r, 0, 0, 224248);
+  read(r, 1, 0, 420856);
+  read(r, 2, 0, 610296);
+  ASSERT_EQ(model.patterns().size(), 1u);
+  const AccessModel::ActivePattern wide = model.patterns()[0];
+  ASSERT_TRUE(wide.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.pattern.ToString();
+
+  ReaderState other;  // reads the same rows: it did not learn the pattern, and does not narrow it
+  read(other, 3, 62456, 6222840);
+  ASSERT_EQ(model.patterns().size(), 1u);
+  EXPECT_EQ(model.patterns()[0].id, wide.id);
+  EXPECT_TRUE(calls.empty());
+
+  read(r, 3, 62456, 6222840);
+  ASSERT_EQ(model.patterns().size(), 1u);
+  EXPECT_TRUE(model.patterns()[0].pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
+      << model.patterns()[0].pattern.ToString();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kPatternDropped);
+  EXPECT_EQ(calls[0].pattern_id, wide.id);
+  EXPECT_EQ(model.Pattern(wide.id), nullptr);
+  // 1/15's last rows of the embedding, 330 KiB past 1/16's: no window's now.
+  const ByteRange past{t[3].begin + 32000 / 15 * 3072 - kPage, kPage};
+  EXPECT_NE(model.Classify(plan, "m", AccessModel::Reader{r.trail, r.clock, r.learner, true, kFile}, past).mode,
+            AccessModel::Mode::kSlice);
+}
+
 // -o shard=R/N: the pattern is there from the start, and is never dropped.
 TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
   AccessModel model(tuning_, SlicePattern::Shard(2, 4, tuning_));

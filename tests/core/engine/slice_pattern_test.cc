@@ -191,6 +191,65 @@ TEST(SlicePatternTest, LearnedRowsStartWithinTheReadAroundOfWhatWasRead) {
   }
 }
 
+// Reads of rank 0 of 16 as a mount saw them (bf16, hidden 1536, files opened
+// at 64 KiB), in a shuffled order: the kernel's margins past the first three
+// slices fit rows 0/15..1/15 as well as the reader's own 0/16..1/16, and the
+// simpler is taken. The embedding's slice, 6 MiB, ends 330 KiB before 1/15's
+// end (its first pages were read around a neighbour before the reader came):
+// with the three, it narrows the pattern to the reader's own.
+TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnread) {
+  constexpr uint64_t kFile = 64 << 10;
+  const TensorSpan kv{1 << 20, (1 << 20) + 1572864, 3072};
+  const TensorSpan attn{16 << 20, (16 << 20) + 4718592, 3072};
+  const TensorSpan mlp{32 << 20, (32 << 20) + 7864320, 5120};
+  const TensorSpan embed{64 << 20, (64 << 20) + 98304000, 3072};
+  SliceLearner learner;
+  std::optional<SlicePattern> learned;
+  for (const SliceObservation& o : {SliceObservation{kv, kv.begin, kv.begin + 224248, kFile},
+                                    SliceObservation{attn, attn.begin, attn.begin + 420856, kFile},
+                                    SliceObservation{mlp, mlp.begin, mlp.begin + 610296, kFile}}) {
+    if (!learned) learned = learner.Observe(o);
+  }
+  ASSERT_TRUE(learned.has_value());
+  ASSERT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << learned->ToString();
+  EXPECT_TRUE(learner.Taught(*learned));
+
+  const SliceObservation embedding{embed, embed.begin + 62456, embed.begin + 6222840, kFile};
+  const SliceObservation mlp_again{mlp, mlp.begin, mlp.begin + 610296, kFile};
+  EXPECT_TRUE(learned->LeavesUnread(embedding, kFile));
+  EXPECT_FALSE(learned->LeavesUnread(mlp_again, kFile)) << "read past 1/15's end";
+  const std::optional<SlicePattern> narrowed = learner.Observe(embedding, &*learned);
+  ASSERT_TRUE(narrowed.has_value());
+  EXPECT_TRUE(narrowed->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrowed->ToString();
+  EXPECT_TRUE(learner.Taught(*narrowed));
+  EXPECT_FALSE(learner.Taught(*learned));
+
+  // Alone, the embedding's slice teaches nothing: one tensor fits many
+  // fractions.
+  SliceLearner fresh;
+  EXPECT_FALSE(fresh.Observe(embedding).has_value());
+}
+
+// What a reader read of a tensor leaves a pattern's rows unread only when it
+// read at least half of them (less is the kernel reading around a
+// neighbour's page) and where its ends are not within `edge` of the
+// tensor's (pages there may have been read before the reader came).
+TEST(SlicePatternTest, RowsLeftUnreadAreToldOnlyFromAReadersOwnSlice) {
+  const TensorSpan t{1 << 20, (1 << 20) + 8192 * 1024, 8192};  // 1024 rows of 8 KiB
+  const SlicePattern quarter{.lo_num = 1, .hi_num = 2, .den = 4};  // rows 256..512: 2 MiB
+  constexpr uint64_t kEdge = 64 << 10;
+  const uint64_t lo = t.begin + (2u << 20), hi = t.begin + (4u << 20);
+  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo - kEdge, hi + kEdge}, kEdge)) << "all of it, and margins";
+  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo + 8192, hi - 8192}, kEdge)) << "a row each way";
+  EXPECT_TRUE(quarter.LeavesUnread(SliceObservation{t, lo, hi - (256 << 10)}, kEdge)) << "its last 32 rows";
+  EXPECT_TRUE(quarter.LeavesUnread(SliceObservation{t, lo + (256 << 10), hi}, kEdge)) << "its first 32 rows";
+  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo, lo + (512 << 10)}, kEdge)) << "a quarter of it";
+  const SlicePattern first{.lo_num = 0, .hi_num = 1, .den = 4};
+  EXPECT_FALSE(first.LeavesUnread(SliceObservation{t, t.begin + (48 << 10), lo}, kEdge))
+      << "begun within the edge: its first pages may have been read before";
+  EXPECT_TRUE(first.LeavesUnread(SliceObservation{t, t.begin + (96 << 10), lo}, kEdge));
+}
+
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   SliceLearner learner;
   std::optional<SlicePattern> learned;
