@@ -142,7 +142,9 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, con
   // A fraction within a pattern its reader was taken to read, which
   // observations show narrower: the reader is known to read slices of about
   // that size, so tensors of one size agreeing are no readahead running on.
-  auto spread = [within](uint64_t smallest, uint64_t largest) { return within != nullptr || 2 * largest >= 3 * smallest; };
+  auto spread = [within](uint64_t smallest, uint64_t largest) {
+    return within != nullptr || 2 * largest >= 3 * smallest;
+  };
   std::erase_if(recent_, [&](const SliceObservation& r) { return r.tensor.begin == o.tensor.begin &&
                                                                   r.tensor.end == o.tensor.end && r.begin == o.begin; });
   // Narrowing a pattern: the observations it was learned from vote again.

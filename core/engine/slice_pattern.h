@@ -70,9 +70,9 @@ struct SlicePattern {
   // Whether the reader of `o` left rows of this pattern's core in `o`'s
   // tensor unread: more than two rows and a page of it before the first byte
   // it had the kernel read there, or past the last (loaders may split rows
-  // differently by that much), having read at least half of it (less is
-  // the kernel reading around a neighbour). Its own slice is narrower. An end of `o`
-  // within `edge` of its tensor's tells nothing: the kernel may have read
+  // differently by that much), having read at least half of it (less is the
+  // kernel reading around a neighbour). Its own slice is narrower. An end of
+  // `o` within `edge` of its tensor's tells nothing: the kernel may have read
   // the pages beyond it around a neighbour before the reader came.
   bool LeavesUnread(const SliceObservation& o, uint64_t edge) const;
   // Whether `other`'s rows all lie within this pattern's (as fractions).

@@ -154,7 +154,8 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
   auto read = [&](ReaderState& r, size_t i, uint64_t begin, uint64_t end) {
     const AccessModel::Reader reader{r.trail, r.clock, r.learner, true, kFile};
     for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
-      const AccessModel::Answer a = model.Classify(plan, "m", reader, ByteRange{x, std::min(kFile, t[i].begin + end - x)});
+      const ByteRange range{x, std::min(kFile, t[i].begin + end - x)};
+      const AccessModel::Answer a = model.Classify(plan, "m", reader, range);
       calls.insert(calls.end(), a.calls.begin(), a.calls.end());
     }
     for (int k = 0; k < 10; ++k) {
