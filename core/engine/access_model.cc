@@ -250,7 +250,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // the ones the pattern was learned from; a narrower fraction they all
     // fit replaces the pattern (only its own: -o shard's is never learned).
     const bool narrower = !spill && known_by != patterns_.end() && r.learner.Taught(known_by->pattern) &&
-                          known_by->pattern.LeavesUnread(o, tuning_.MarginsAt(o.readahead).window);
+                          r.learner.LeavesUnread(o, known_by->pattern);
     if ((!known || narrower) && !whole_reader && !scattered) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it{}", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,

@@ -22,6 +22,11 @@ uint64_t MulDivUp(uint64_t a, uint64_t b, uint64_t c) {
 
 std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 
+// How far a loader's slice of `t` may lie from the rows a fraction gives:
+// loaders split rows differently by up to two rows, and the kernel reads
+// whole pages.
+uint64_t RowTolerance(const TensorSpan& t) { return 2 * t.row_bytes + kPage; }
+
 // Whether rows lo/den..hi/den explain `o`: the reader touched the core (give or
 // take two rows and a page, for loaders that split rows differently), at most
 // twice the read-around's half before it and max_margin / 2 past it, and in
@@ -32,10 +37,17 @@ std::string Kib(uint64_t bytes) { return std::to_string(bytes >> 10) + " KiB"; }
 // around other readers' pages.
 }  // namespace
 
+bool SliceLearner::BeginsNearItsStart(const SliceObservation& o) const {
+  return o.begin <= o.tensor.begin + tuning_.MarginsAt(o.readahead).window;
+}
+
+bool SliceLearner::EndsNearItsEnd(const SliceObservation& o) const {
+  return o.end + tuning_.MarginsAt(o.readahead).window >= o.tensor.end;
+}
+
 uint64_t SliceLearner::LikelyBegin(const SliceObservation& o) const {
-  const uint64_t window = tuning_.MarginsAt(o.readahead).window;
-  const bool copied = o.end - o.begin >= 4 * window;
-  return copied && o.begin <= o.tensor.begin + window ? o.tensor.begin : o.begin;
+  const bool copied = o.end - o.begin >= 4 * tuning_.MarginsAt(o.readahead).window;
+  return copied && BeginsNearItsStart(o) ? o.tensor.begin : o.begin;
 }
 
 bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
@@ -45,7 +57,7 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   // edges (a header parsed, a neighbour's slice) are that small.
   if (core.length < tuning_.read_around_half) return false;
   const Tuning::SliceMargins m = tuning_.MarginsAt(o.readahead);
-  const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
+  const uint64_t tol = RowTolerance(o.tensor);
   // Before the slice the kernel reads the read-around of its first page (a
   // page or two more where the reader's copy did not start at the slice).
   // A slice that begins with its tensor may have had its first pages read
@@ -60,10 +72,17 @@ bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64
   return *before + *after <= std::max(core.length, m.MostAfter());
 }
 
+bool SliceLearner::LeavesUnread(const SliceObservation& o, const SlicePattern& p) const {
+  const ByteRange core = p.Core(o.tensor);
+  const uint64_t tol = RowTolerance(o.tensor);
+  if (2 * (o.end - o.begin) < core.length) return false;  // not this reader's slice: a neighbour's read-around
+  return (o.begin > core.offset + tol && !BeginsNearItsStart(o)) || (o.end + tol < core.end() && !EndsNearItsEnd(o));
+}
+
 int SliceLearner::KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const {
   const Tuning::SliceMargins m = tuning_.MarginsAt(o.readahead);
   const uint64_t half = m.half, readahead = m.window;
-  const uint64_t slack = 2 * o.tensor.row_bytes + kPage;
+  const uint64_t slack = RowTolerance(o.tensor);
   // Before a slice: the read-around of the page its first row begins in (a
   // page more where the copy began a page in), or less at a tensor's start.
   const bool head = before <= half + kPage + slack && (o.begin == o.tensor.begin || before + slack >= half);
@@ -107,13 +126,6 @@ ByteRange SlicePattern::Window(const TensorSpan& t, uint64_t lower, uint64_t upp
   return ByteRange{begin, end > begin ? end - begin : 0};
 }
 
-bool SlicePattern::LeavesUnread(const SliceObservation& o, uint64_t edge) const {
-  const ByteRange core = Core(o.tensor);
-  const uint64_t tol = 2 * o.tensor.row_bytes + kPage;
-  if (2 * (o.end - o.begin) < core.length) return false;  // not this reader's slice: a neighbour's read-around
-  return (o.begin > core.offset + tol && o.begin > o.tensor.begin + edge) ||
-         (o.end + tol < core.end() && o.end + edge < o.tensor.end);
-}
 
 uint64_t SlicePattern::MeanCore(std::span<const TensorSpan> tensors) const {
   uint64_t total = 0, count = 0;

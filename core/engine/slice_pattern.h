@@ -67,14 +67,6 @@ struct SlicePattern {
   // The mean size of its cores over `tensors`, counting those of a page or
   // more (a tensor of a few rows gives a few bytes, or none); 0 if none.
   uint64_t MeanCore(std::span<const TensorSpan> tensors) const;
-  // Whether the reader of `o` left rows of this pattern's core in `o`'s
-  // tensor unread: more than two rows and a page of it before the first byte
-  // it had the kernel read there, or past the last (loaders may split rows
-  // differently by that much), having read at least half of it (less is the
-  // kernel reading around a neighbour). Its own slice is narrower. An end of
-  // `o` within `edge` of its tensor's tells nothing: the kernel may have read
-  // the pages beyond it around a neighbour before the reader came.
-  bool LeavesUnread(const SliceObservation& o, uint64_t edge) const;
   // Whether `other`'s rows all lie within this pattern's (as fractions).
   bool Contains(const SlicePattern& other) const {
     return lo_num * other.den <= other.lo_num * den && other.hi_num * den <= hi_num * other.den;
@@ -110,13 +102,21 @@ class SliceLearner {
   // Adds an observation. Returns the pattern it completes, if any: observations
   // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
   // fraction of rows explains. `within`: a pattern the reader was taken to
-  // read, which `o` leaves rows of unread (SlicePattern::LeavesUnread): only
+  // read, which `o` leaves rows of unread (LeavesUnread): only
   // a narrower fraction within it is looked for, of tensors of any sizes.
   // Observations explained by a pattern already returned are used up.
   std::optional<SlicePattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr);
   // Whether `p` is the pattern this learner returned last: a reader narrows
   // only the pattern it learned (others may be other readers' own).
   bool Taught(const SlicePattern& p) const { return taught_ && taught_->SameSlice(p); }
+  // Whether the reader of `o` left rows of `p`'s core in `o`'s tensor
+  // unread: more than two rows and a page of it before the first byte it had
+  // the kernel read there, or past the last (loaders may split rows
+  // differently by that much), having read at least half of it (less is the
+  // kernel reading around a neighbour). Its own slice is narrower. An end of
+  // `o` within one readahead window of its tensor's tells nothing (see
+  // BeginsNearItsStart).
+  bool LeavesUnread(const SliceObservation& o, const SlicePattern& p) const;
 
  private:
   // Where the reader of `o` may have begun: its tensor's first byte when `o`
@@ -126,6 +126,12 @@ class SliceLearner {
   // before the reader came, and the kernel reads no page twice), else where
   // `o` begins.
   uint64_t LikelyBegin(const SliceObservation& o) const;
+  // Whether `o` begins within one readahead window of its tensor's start, or
+  // ends within one of its end: the kernel may have read the pages between
+  // around a neighbour (a layer norm, a header) before the reader came, and
+  // it reads no page twice, so what `o` shows there is not the reader's.
+  bool BeginsNearItsStart(const SliceObservation& o) const;
+  bool EndsNearItsEnd(const SliceObservation& o) const;
   // Whether rows lo/den..hi/den of `p` explain `o`, and with which margins.
   bool Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const;
   // Which of the kernel's ways of reading around a slice margins `before`

@@ -216,8 +216,8 @@ TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnre
 
   const SliceObservation embedding{embed, embed.begin + 62456, embed.begin + 6222840, kFile};
   const SliceObservation mlp_again{mlp, mlp.begin, mlp.begin + 610296, kFile};
-  EXPECT_TRUE(learned->LeavesUnread(embedding, kFile));
-  EXPECT_FALSE(learned->LeavesUnread(mlp_again, kFile)) << "read past 1/15's end";
+  EXPECT_TRUE(learner.LeavesUnread(embedding, *learned));
+  EXPECT_FALSE(learner.LeavesUnread(mlp_again, *learned)) << "read past 1/15's end";
   const std::optional<SlicePattern> narrowed = learner.Observe(embedding, &*learned);
   ASSERT_TRUE(narrowed.has_value());
   EXPECT_TRUE(narrowed->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrowed->ToString();
@@ -232,22 +232,24 @@ TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnre
 
 // What a reader read of a tensor leaves a pattern's rows unread only when it
 // read at least half of them (less is the kernel reading around a
-// neighbour's page) and where its ends are not within `edge` of the
-// tensor's (pages there may have been read before the reader came).
+// neighbour's page) and where its ends are not within one readahead window
+// of the tensor's (pages there may have been read before the reader came).
 TEST(SlicePatternTest, RowsLeftUnreadAreToldOnlyFromAReadersOwnSlice) {
+  const SliceLearner learner;
   const TensorSpan t{1 << 20, (1 << 20) + 8192 * 1024, 8192};  // 1024 rows of 8 KiB
   const SlicePattern quarter{.lo_num = 1, .hi_num = 2, .den = 4};  // rows 256..512: 2 MiB
-  constexpr uint64_t kEdge = 64 << 10;
+  constexpr uint64_t kFile = 64 << 10;  // the file's readahead: one window
   const uint64_t lo = t.begin + (2u << 20), hi = t.begin + (4u << 20);
-  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo - kEdge, hi + kEdge}, kEdge)) << "all of it, and margins";
-  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo + 8192, hi - 8192}, kEdge)) << "a row each way";
-  EXPECT_TRUE(quarter.LeavesUnread(SliceObservation{t, lo, hi - (256 << 10)}, kEdge)) << "its last 32 rows";
-  EXPECT_TRUE(quarter.LeavesUnread(SliceObservation{t, lo + (256 << 10), hi}, kEdge)) << "its first 32 rows";
-  EXPECT_FALSE(quarter.LeavesUnread(SliceObservation{t, lo, lo + (512 << 10)}, kEdge)) << "a quarter of it";
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo - kFile, hi + kFile, kFile}, quarter))
+      << "all of it, and margins";
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo + 8192, hi - 8192, kFile}, quarter)) << "a row each way";
+  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, lo, hi - (256 << 10), kFile}, quarter)) << "its last 32 rows";
+  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, lo + (256 << 10), hi, kFile}, quarter)) << "its first 32 rows";
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo, lo + (512 << 10), kFile}, quarter)) << "a quarter of it";
   const SlicePattern first{.lo_num = 0, .hi_num = 1, .den = 4};
-  EXPECT_FALSE(first.LeavesUnread(SliceObservation{t, t.begin + (48 << 10), lo}, kEdge))
-      << "begun within the edge: its first pages may have been read before";
-  EXPECT_TRUE(first.LeavesUnread(SliceObservation{t, t.begin + (96 << 10), lo}, kEdge));
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, t.begin + (48 << 10), lo, kFile}, first))
+      << "begun within a window of its start: its first pages may have been read before";
+  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, t.begin + (96 << 10), lo, kFile}, first));
 }
 
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
