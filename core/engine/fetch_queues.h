@@ -43,6 +43,22 @@ class FetchQueues {
     return true;
   }
 
+  // Takes out the queued prefetches that `match` accepts, in queue order
+  // (jobs no longer wanted; those a read waits for were promoted to demand).
+  template <typename Match>
+  std::vector<Job> Withdraw(Match match) {
+    std::vector<Job> out;
+    for (auto it = prefetch_.begin(); it != prefetch_.end();) {
+      if (match(*it)) {
+        out.push_back(std::move(*it));
+        it = prefetch_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
+  }
+
   // Every queued job, demand first, leaving both queues empty.
   std::vector<Job> TakeAll() {
     std::vector<Job> all;

@@ -53,6 +53,13 @@ class FetchScheduler {
     return queues_.Promote(match);
   }
 
+  // See FetchQueues::Withdraw.
+  template <typename Match>
+  std::vector<Job> Withdraw(Match match) EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return queues_.Withdraw(match);
+  }
+
   // Whether no job is queued or running (a running job counts until `run`
   // has returned).
   bool Idle() EXCLUDES(mu_) {

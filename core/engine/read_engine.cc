@@ -234,6 +234,22 @@ void ReadEngine::DropSweeps(int pattern_id) {
     st.slice_sweeps.erase(pattern_id);
     std::erase(st.pending_sweeps, pattern_id);
   }
+  // Its windows still queued are not fetched: the pattern that replaced it
+  // sweeps its own. (A read coming to wait for one promoted it to demand.)
+  uint64_t withdrawn = 0;
+  for (FetchJob& job : scheduler_.Withdraw([&](const FetchJob& j) { return j.slice == pattern_id; })) {
+    const ChunkCache::Entry* entry = cache_.Find(job.extent);
+    if (entry != nullptr && !entry->waiters.empty()) {
+      scheduler_.Push(std::move(job), /*prefetch=*/false);
+      continue;
+    }
+    ObjectState& st = objects_.at(job.object);
+    --st.jobs;
+    if (job.sweep) --st.sweep_in_flight;
+    if (entry != nullptr) cache_.Fail(job.extent);
+    withdrawn += job.range.length;
+  }
+  if (withdrawn > 0) spdlog::debug("{} KiB of queued windows of a dropped pattern not fetched", withdrawn >> 10);
 }
 
 ReadEngine::StateSizes ReadEngine::Sizes() {

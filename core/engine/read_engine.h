@@ -284,7 +284,8 @@ class ReadEngine final : private FetchPlanner::Host {
   // first, past Tuning::max_objects; no ObjectState reference may be held
   // across it.
   void PruneObjects() REQUIRES(mu_);
-  // Stops the sweeps of a pattern the access model gave up.
+  // Stops the sweeps of a pattern the access model gave up, and withdraws
+  // its queued windows no read waits for.
   void DropSweeps(int pattern_id) REQUIRES(mu_);
 
   void RunJob(const FetchJob& job) EXCLUDES(mu_);

@@ -45,9 +45,12 @@ bool SliceLearner::EndsNearItsEnd(const SliceObservation& o) const {
   return o.end + tuning_.MarginsAt(o.readahead).window >= o.tensor.end;
 }
 
+bool SliceLearner::Copied(const SliceObservation& o) const {
+  return o.end - o.begin >= 4 * tuning_.MarginsAt(o.readahead).window;
+}
+
 uint64_t SliceLearner::LikelyBegin(const SliceObservation& o) const {
-  const bool copied = o.end - o.begin >= 4 * tuning_.MarginsAt(o.readahead).window;
-  return copied && BeginsNearItsStart(o) ? o.tensor.begin : o.begin;
+  return Copied(o) && BeginsNearItsStart(o) ? o.tensor.begin : o.begin;
 }
 
 bool SliceLearner::Fits(const SliceObservation& o, const SlicePattern& p, uint64_t* before, uint64_t* after) const {
@@ -76,7 +79,13 @@ bool SliceLearner::LeavesUnread(const SliceObservation& o, const SlicePattern& p
   const ByteRange core = p.Core(o.tensor);
   const uint64_t tol = RowTolerance(o.tensor);
   if (2 * (o.end - o.begin) < core.length) return false;  // not this reader's slice: a neighbour's read-around
-  return (o.begin > core.offset + tol && !BeginsNearItsStart(o)) || (o.end + tol < core.end() && !EndsNearItsEnd(o));
+  // Past a copy's last page the kernel read at least that page's
+  // read-around (KernelMargins: that, or readahead windows beyond): its slice
+  // ended that far, less a page, before `o` does.
+  const uint64_t half = tuning_.MarginsAt(o.readahead).half;
+  const uint64_t ran_on = Copied(o) ? half - std::min(half, kPage) : 0;
+  return (o.begin > core.offset + tol && !BeginsNearItsStart(o)) ||
+         (o.end + tol < core.end() + ran_on && !EndsNearItsEnd(o));
 }
 
 int SliceLearner::KernelMargins(const SliceObservation& o, uint64_t before, uint64_t after) const {
@@ -403,6 +412,11 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, con
     }
   }
   if (!best) return std::nullopt;
+  // A narrower fraction replaces a learned one only where the kernel's
+  // margins explain most of its slices: a copy whose readahead the kernel
+  // held back (its FUSE queue congested) ends at its slice, and looser
+  // fractions fit that too.
+  if (within != nullptr && 2 * best_plausible <= best_fitted) return std::nullopt;
   // At least the kernel's default mmap read-around (64 KiB either side of a
   // fault) past each end, where a slice at a tensor's edge hides it (the
   // reads beyond the edge were counted as the neighbour's).

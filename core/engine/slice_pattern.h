@@ -102,8 +102,9 @@ class SliceLearner {
   // Adds an observation. Returns the pattern it completes, if any: observations
   // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
   // fraction of rows explains. `within`: a pattern the reader was taken to
-  // read, which `o` leaves rows of unread (LeavesUnread): only
-  // a narrower fraction within it is looked for, of tensors of any sizes.
+  // read, which `o` leaves rows of unread (LeavesUnread): only a narrower
+  // fraction within it is looked for, of tensors of any sizes, and taken
+  // where the kernel's margins (KernelMargins) explain most of its slices.
   // Observations explained by a pattern already returned are used up.
   std::optional<SlicePattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr);
   // Whether `p` is the pattern this learner returned last: a reader narrows
@@ -113,15 +114,19 @@ class SliceLearner {
   // unread: more than two rows and a page of it before the first byte it had
   // the kernel read there, or past the last (loaders may split rows
   // differently by that much), having read at least half of it (less is the
-  // kernel reading around a neighbour). Its own slice is narrower. An end of
-  // `o` within one readahead window of its tensor's tells nothing (see
-  // BeginsNearItsStart).
+  // kernel reading around a neighbour); a copy's end is taken half a
+  // read-around less a page before `o`'s (the kernel read at least around
+  // its last page).
+  // Its own slice is narrower. An end of `o` within one readahead window of
+  // its tensor's tells nothing (see BeginsNearItsStart).
   bool LeavesUnread(const SliceObservation& o, const SlicePattern& p) const;
 
  private:
+  // Whether `o` is a copy: four readahead windows or more (a scattered
+  // page's read-around is one).
+  bool Copied(const SliceObservation& o) const;
   // Where the reader of `o` may have begun: its tensor's first byte when `o`
-  // is a copy (four readahead windows or more; a scattered page's
-  // read-around is one) that begins within one readahead window of it (those
+  // is a copy that begins within one readahead window of it (those
   // pages may have been read around a neighbour, a layer norm before it,
   // before the reader came, and the kernel reads no page twice), else where
   // `o` begins.

@@ -32,6 +32,20 @@ TEST(FetchQueuesTest, DemandRunsBeforePrefetchEachInTheOrderQueued) {
   EXPECT_TRUE(queues.empty());
 }
 
+// Prefetches no longer wanted are taken out, in queue order; demand jobs
+// (a read waits for them) stay, and so does the order of the rest.
+TEST(FetchQueuesTest, WithdrawTakesOutOnlyTheQueuedPrefetchesItMatches) {
+  FetchQueues<TestJob> queues;
+  for (int id : {1, 2, 3, 4, 5}) queues.Push({id}, /*prefetch=*/true);
+  queues.Push({12}, /*prefetch=*/false);
+  std::vector<int> withdrawn;
+  for (const TestJob& j : queues.Withdraw([](const TestJob& j) { return j.id % 2 == 0; })) withdrawn.push_back(j.id);
+  EXPECT_EQ(withdrawn, (std::vector<int>{2, 4}));
+  EXPECT_TRUE(queues.Withdraw([](const TestJob& j) { return j.id == 2; }).empty());
+  EXPECT_EQ(queues.size(), 4u);
+  EXPECT_EQ(Drain(queues), (std::vector<int>{12, 1, 3, 5}));
+}
+
 TEST(FetchQueuesTest, APromotedPrefetchRunsAfterTheDemandBeforeItAndAheadOfOtherPrefetches) {
   FetchQueues<TestJob> queues;
   for (int id : {1, 2, 3}) queues.Push({id}, /*prefetch=*/true);

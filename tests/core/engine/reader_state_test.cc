@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
 
 #include "core/engine/read_engine.h"
 #include "tests/core/engine/single_shard_checkpoint.h"
+#include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
 
@@ -580,6 +582,115 @@ TEST_F(ReaderStateTest, TenThousandObjectsAndGenerationsKeepTheStateBounded) {
   EXPECT_LE(sizes.objects, 512u);
   EXPECT_LE(sizes.readers, 4096u);
   EXPECT_LE(sizes.extents, 512u * 64);
+}
+
+
+// A reader taken for rows 0/15 of every tensor shows, leaving a large tensor
+// with rows of 0/15 unread, that it reads 0/16 (the tensors' sizes and the
+// reads of AccessModelTest.AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt,
+// then four tensors of 32 MiB, in files read at 64 KiB). The windows of
+// 0/15 its sweep had queued are not fetched: the 0/16 sweep fetches those
+// tensors' windows, and no byte of 0/15's last rows past 0/16's window.
+TEST_F(ReaderStateTest, WindowsOfANarrowedPatternStillQueuedAreNotFetched) {
+  constexpr uint64_t kFile = 64 << 10;
+  std::vector<testing::RawTensor> raw;
+  for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{512, 1536}, {1536, 1536}, {1536, 2560}, {32000, 1536},
+                            {512, 1536}, {8192, 2048}, {8192, 2048}, {8192, 2048}, {8192, 2048}}) {
+    raw.push_back(testing::RawTensor{.name = "t" + std::to_string(raw.size()), .dtype = Dtype::BF16,
+                                     .shape = {rows, cols}});
+  }
+  const std::string source = testing::BuildSafetensorsFile(raw);
+  MemoryStore memory;
+  memory.Put("model.safetensors", source);
+  const ObjectInfo file = *memory.Stat("model.safetensors");
+  EngineOptions options = Options();
+  options.chunk_size = 1 << 20;  // what the first reads fetch ends in t4
+  options.max_fetches = 1;       // the sweep's windows queue behind the one fetch held
+  options.prefetch_window = 64 << 20;
+  options.readahead = ReadaheadPolicy::ForMount(/*explicit_read_ahead=*/true, kFile, /*shard_world=*/0);
+  ControlledStore store(memory, /*hold=*/false);
+  ReadEngine engine(store, options, metrics_);
+  struct ReleaseAtEnd {  // before the engine's end, which waits for its fetches
+    ControlledStore& store;
+    ~ReleaseAtEnd() { store.ReleaseAll(); }
+  } release_at_end{store};
+  auto idle = [&] {
+    while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  Read(engine, file, source, KernelRead{ReaderId{9}, ByteRange{0, 8}});
+  const std::vector<TensorSpan> t = engine.PlanOf(file.id())->tensors();
+  ASSERT_EQ(t.size(), raw.size());
+  // Reads of [begin, end) of tensor `i` in the file's readahead (the
+  // kernel's, or another's that teach nothing).
+  auto read = [&](ReaderId reader, size_t i, uint64_t begin, uint64_t end, bool kernel = true) {
+    for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
+      const ByteRange range{x, std::min(kFile, t[i].begin + end - x)};
+      std::promise<StatusOr<ReadResult>> done;
+      engine.Read(file, range.offset, range.length, [&](StatusOr<ReadResult> r) { done.set_value(std::move(r)); },
+                  ReadHints{.reader = reader, .prefetch = kernel});
+      ASSERT_TRUE(done.get_future().get().ok());
+    }
+  };
+  // Reads of t4's first pages, one at a time, until the reader's last touch
+  // settles.
+  auto move_on = [&](ReaderId reader) {
+    for (int k = 0; k < 10; ++k) read(reader, 4, k * kPage, (k + 1) * kPage);
+  };
+  // The embedding's rows the reader will read, and t4's first pages, are
+  // cached by reads that are not the kernel's.
+  read(ReaderId{2}, 3, 62456, 6222840, /*kernel=*/false);
+  read(ReaderId{2}, 4, 0, 10 * kPage, /*kernel=*/false);
+  const ReaderId reader{1};
+  read(reader, 0, 0, 224248);
+  move_on(reader);
+  read(reader, 1, 0, 420856);
+  move_on(reader);
+  read(reader, 2, 0, 610296);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(engine.SlicePatterns().empty());
+  idle();
+
+  // The one fetch is held; the reader moving on from t2 teaches 0/15, whose
+  // sweep queues its windows behind it.
+  store.Hold();
+  std::promise<StatusOr<ReadResult>> held;
+  engine.Read(file, t[8].end - kPage, kPage, [&](StatusOr<ReadResult> r) { held.set_value(std::move(r)); },
+              ReadHints{.reader = ReaderId{3}, .prefetch = false});
+  ASSERT_TRUE(store.WaitForBlocked(1));
+  move_on(reader);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(engine.SlicePatterns().size(), 1u);
+  const SlicePattern wide = engine.SlicePatterns()[0];
+  ASSERT_TRUE(wide.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.ToString();
+
+  read(reader, 3, 62456, 6222840);  // cached: no fetch runs
+  move_on(reader);
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_EQ(engine.SlicePatterns().size(), 1u);
+  const SlicePattern narrow = engine.SlicePatterns()[0];
+  ASSERT_TRUE(narrow.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrow.ToString();
+  store.ReleaseAll();
+  ASSERT_TRUE(held.get_future().get().ok());
+  idle();
+
+  const std::vector<RecordedRead> reads = store.reads();
+  const auto plan = engine.PlanOf(file.id());
+  for (size_t i = 5; i < t.size(); ++i) {
+    // 0/15's last rows past the farthest 0/16 reaches: never fetched.
+    const uint64_t lo = narrow.Window(t[i], plan->data_start(), plan->data_end()).end();
+    const uint64_t hi = wide.Core(t[i]).end();
+    ASSERT_LT(lo, hi);
+    const ByteRange core = narrow.Core(t[i]);
+    uint64_t core_fetched = 0;
+    for (const RecordedRead& r : reads) {
+      EXPECT_FALSE(r.offset < hi && r.offset + r.length > lo)
+          << "t" << i << ": " << r.offset - t[i].begin << "+" << r.length << " reaches 0/15's rows "
+          << lo - t[i].begin << ".." << hi - t[i].begin;
+      const uint64_t b = std::max(r.offset, core.offset), e = std::min(r.offset + r.length, core.end());
+      if (e > b) core_fetched += e - b;
+    }
+    EXPECT_EQ(core_fetched, core.length) << "t" << i << ": 0/16's rows, each once";
+  }
 }
 
 }  // namespace

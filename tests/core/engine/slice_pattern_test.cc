@@ -191,6 +191,21 @@ TEST(SlicePatternTest, LearnedRowsStartWithinTheReadAroundOfWhatWasRead) {
   }
 }
 
+// Rank 0 of 16's first three slices (rows of 3072 and 5120 bytes), files
+// opened at 64 KiB: the learner takes them for rows 0/15..1/15.
+constexpr uint64_t kRankZeroFile = 64 << 10;
+const TensorSpan kRankZeroKv{1 << 20, (1 << 20) + 1572864, 3072};
+const TensorSpan kRankZeroAttn{16 << 20, (16 << 20) + 4718592, 3072};
+const TensorSpan kRankZeroMlp{32 << 20, (32 << 20) + 7864320, 5120};
+
+std::optional<SlicePattern> TeachRankZerosFirstSlices(SliceLearner& learner) {
+  std::optional<SlicePattern> learned;
+  for (const auto& [t, end] : {std::pair{kRankZeroKv, 224248}, {kRankZeroAttn, 420856}, {kRankZeroMlp, 610296}}) {
+    if (!learned) learned = learner.Observe(SliceObservation{t, t.begin, t.begin + end, kRankZeroFile});
+  }
+  return learned;
+}
+
 // Reads of rank 0 of 16 as a mount saw them (bf16, hidden 1536, files opened
 // at 64 KiB), in a shuffled order: the kernel's margins past the first three
 // slices fit rows 0/15..1/15 as well as the reader's own 0/16..1/16, and the
@@ -198,18 +213,11 @@ TEST(SlicePatternTest, LearnedRowsStartWithinTheReadAroundOfWhatWasRead) {
 // end (its first pages were read around a neighbour before the reader came):
 // with the three, it narrows the pattern to the reader's own.
 TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnread) {
-  constexpr uint64_t kFile = 64 << 10;
-  const TensorSpan kv{1 << 20, (1 << 20) + 1572864, 3072};
-  const TensorSpan attn{16 << 20, (16 << 20) + 4718592, 3072};
-  const TensorSpan mlp{32 << 20, (32 << 20) + 7864320, 5120};
+  constexpr uint64_t kFile = kRankZeroFile;
+  const TensorSpan& mlp = kRankZeroMlp;
   const TensorSpan embed{64 << 20, (64 << 20) + 98304000, 3072};
   SliceLearner learner;
-  std::optional<SlicePattern> learned;
-  for (const SliceObservation& o : {SliceObservation{kv, kv.begin, kv.begin + 224248, kFile},
-                                    SliceObservation{attn, attn.begin, attn.begin + 420856, kFile},
-                                    SliceObservation{mlp, mlp.begin, mlp.begin + 610296, kFile}}) {
-    if (!learned) learned = learner.Observe(o);
-  }
+  const std::optional<SlicePattern> learned = TeachRankZerosFirstSlices(learner);
   ASSERT_TRUE(learned.has_value());
   ASSERT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << learned->ToString();
   EXPECT_TRUE(learner.Taught(*learned));
@@ -230,10 +238,34 @@ TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnre
   EXPECT_FALSE(fresh.Observe(embedding).has_value());
 }
 
+// The same reader's slice of a 7.5 MiB tensor in a file opened at 16 KiB, once
+// 0/15 was learned (the bench's rank 0 of 16): the kernel read 23 KiB past
+// 0/16's rows, 10 KiB short of 0/15's end. That is within two rows and a
+// page, but the kernel reads at least around a copy's last page (8 KiB
+// either side): the reader stopped before 0/15's end, and with the slices
+// 0/15 was learned from, the tensor narrows it to 0/16.
+TEST(SlicePatternTest, ACopyThatTheKernelReadOnlyALittlePastNarrowsAPatternAtTheSliceReadahead) {
+  constexpr uint64_t kSliceFile = 16 << 10;
+  const TensorSpan gate{48 << 20, (48 << 20) + 7864320, 3072};
+  SliceLearner learner;
+  const std::optional<SlicePattern> learned = TeachRankZerosFirstSlices(learner);
+  ASSERT_TRUE(learned.has_value());
+  ASSERT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << learned->ToString();
+
+  const SliceObservation copy{gate, gate.begin, gate.begin + 515456, kSliceFile};
+  ASSERT_TRUE(learner.LeavesUnread(copy, *learned));
+  const std::optional<SlicePattern> narrowed = learner.Observe(copy, &*learned);
+  ASSERT_TRUE(narrowed.has_value());
+  EXPECT_TRUE(narrowed->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrowed->ToString();
+  // 0/16's own reader leaves none of its rows unread.
+  EXPECT_FALSE(learner.LeavesUnread(copy, *narrowed));
+}
+
 // What a reader read of a tensor leaves a pattern's rows unread only when it
 // read at least half of them (less is the kernel reading around a
 // neighbour's page) and where its ends are not within one readahead window
-// of the tensor's (pages there may have been read before the reader came).
+// of the tensor's (pages there may have been read before the reader came). A
+// copy's kernel reads run on past its slice.
 TEST(SlicePatternTest, RowsLeftUnreadAreToldOnlyFromAReadersOwnSlice) {
   const SliceLearner learner;
   const TensorSpan t{1 << 20, (1 << 20) + 8192 * 1024, 8192};  // 1024 rows of 8 KiB
@@ -242,14 +274,18 @@ TEST(SlicePatternTest, RowsLeftUnreadAreToldOnlyFromAReadersOwnSlice) {
   const uint64_t lo = t.begin + (2u << 20), hi = t.begin + (4u << 20);
   EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo - kFile, hi + kFile, kFile}, quarter))
       << "all of it, and margins";
-  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo + 8192, hi - 8192, kFile}, quarter)) << "a row each way";
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo + 8192, hi - 8192 + kFile / 2, kFile}, quarter))
+      << "a row each way, and the read-around past it";
+  // The kernel reads around a copy's last page: half a read-around, less a
+  // page, past it at least.
+  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, lo, hi, kFile}, quarter)) << "no read past a copy";
   EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, lo, hi - (256 << 10), kFile}, quarter)) << "its last 32 rows";
   EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, lo + (256 << 10), hi, kFile}, quarter)) << "its first 32 rows";
   EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, lo, lo + (512 << 10), kFile}, quarter)) << "a quarter of it";
   const SlicePattern first{.lo_num = 0, .hi_num = 1, .den = 4};
-  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, t.begin + (48 << 10), lo, kFile}, first))
+  EXPECT_FALSE(learner.LeavesUnread(SliceObservation{t, t.begin + (48 << 10), lo + kFile / 2, kFile}, first))
       << "begun within a window of its start: its first pages may have been read before";
-  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, t.begin + (96 << 10), lo, kFile}, first));
+  EXPECT_TRUE(learner.LeavesUnread(SliceObservation{t, t.begin + (96 << 10), lo + kFile / 2, kFile}, first));
 }
 
 TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
