@@ -178,10 +178,11 @@ done
 [[ -n $leader ]] || die "the container did not boot: $(tail -20 "$work/console.log")"
 ct() { nsenter -t "$leader" -a -- env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin SYSTEMD_PAGER= "$@"; }
 # PID 1 is found before its bus is up: wait for the bus, then for the boot to end.
+# Until PID 1 listens, systemctl prints nothing or "offline" (no manager to ask).
 state=""
 for _ in $(seq 1200); do
   state=$(ct timeout 120 systemctl is-system-running --wait 2>/dev/null || true)
-  [[ -n $state ]] && break
+  [[ -n $state && $state != offline ]] && break
   sleep 0.1
 done
 [[ $state == running || $state == degraded ]] || die "the boot did not finish: '$state'"
