@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -14,7 +15,6 @@ namespace {
 struct Registry {
   Mutex mu;
   std::set<LogRateLimiter*> live GUARDED_BY(mu);
-  bool reporter_started GUARDED_BY(mu) = false;
 };
 
 Registry& TheRegistry() {
@@ -24,22 +24,23 @@ Registry& TheRegistry() {
 
 constexpr std::chrono::milliseconds kReportTick{250};
 
+// Called with a limiter's mu_ held, so it takes no lock of the registry's:
+// the reporter takes the registry's, then each limiter's (the lock order),
+// and a held-back line taking the registry's here deadlocked with it.
 void StartReporterOnce() {
-  Registry& r = TheRegistry();
-  {
-    MutexLock lock(r.mu);
-    if (r.reporter_started) return;
-    r.reporter_started = true;
-  }
-  std::thread([&r] {
-    for (;;) {
-      std::this_thread::sleep_for(kReportTick);
-      MutexLock lock(r.mu);
-      for (LogRateLimiter* limiter : r.live) {
-        if (limiter->reported_in_background()) limiter->FlushIfDue();
+  static std::once_flag started;
+  std::call_once(started, [] {
+    std::thread([] {
+      Registry& r = TheRegistry();
+      for (;;) {
+        std::this_thread::sleep_for(kReportTick);
+        MutexLock lock(r.mu);
+        for (LogRateLimiter* limiter : r.live) {
+          if (limiter->reported_in_background()) limiter->FlushIfDue();
+        }
       }
-    }
-  }).detach();
+    }).detach();
+  });
 }
 
 std::string Seconds(std::chrono::nanoseconds d) {
