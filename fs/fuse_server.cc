@@ -15,12 +15,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/engine/tuning.h"
+#include "core/util/process.h"
 #include "fs/errno_map.h"
 #include "fs/mount_recovery.h"
 #include "fs/stats.h"
@@ -117,10 +119,10 @@ struct FuseHandlers {
     handle->entries.push_back(DirEntry{".", *self});
     handle->entries.push_back(DirEntry{"..", *self});  // the kernel fills in the real parent
     for (DirEntry& e : *entries) handle->entries.push_back(std::move(e));
-    fi->fh = reinterpret_cast<uint64_t>(handle.release());
+    fi->fh = reinterpret_cast<uint64_t>(handle.get());
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
-    fuse_reply_open(req, fi);
+    if (fuse_reply_open(req, fi) != -ENOENT) (void)handle.release();  // freed at ReleaseDir (see Open)
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
@@ -157,6 +159,11 @@ struct FuseHandlers {
     FillDir(req, size, offset, fi, /*plus=*/true);
   }
 
+  // An open file's handle: the reader its reads are for.
+  struct FileHandle {
+    ReaderId reader;
+  };
+
   static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
     Status status = Ns(req).Open(NodeId{ino});
@@ -164,12 +171,19 @@ struct FuseHandlers {
     fi->keep_cache = 1;  // objects are immutable for the mount's life
     fi->noflush = 1;
     FuseServer& server = Server(req);
-    fi->fh = server.next_reader_.fetch_add(1, std::memory_order_relaxed);  // the engine tells readers apart by it
+    // The engine tells readers apart by the handle, and groups them by the
+    // process that opened them (the request names the opening thread).
+    const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
+                          ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
+    auto handle = std::make_unique<FileHandle>(FileHandle{reader});
+    fi->fh = reinterpret_cast<uint64_t>(handle.get());
     // The kernel gives the file the mount's readahead once this reply is in.
     if (const uint64_t ra = server.read_ahead_in_force_.load(std::memory_order_relaxed); ra > 0) {
       server.metrics_.CountOpen(ra);
     }
-    fuse_reply_open(req, fi);
+    // An open interrupted before the reply arrived is never released: its
+    // handle goes now.
+    if (fuse_reply_open(req, fi) != -ENOENT) (void)handle.release();  // freed at Release
   }
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
@@ -185,11 +199,12 @@ struct FuseHandlers {
         iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
       }
       fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    }, ReaderId{fi->fh});
+    }, reinterpret_cast<const FileHandle*>(fi->fh)->reader);
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-    Ns(req).Release(ReaderId{fi->fh});
+    const std::unique_ptr<FileHandle> handle(reinterpret_cast<FileHandle*>(fi->fh));
+    Ns(req).Release(handle->reader);
     fuse_reply_err(req, 0);
   }
 

@@ -93,7 +93,7 @@ class FuseServer {
   std::function<void()> on_stopping_;
   // failed requests: one warning a second
   LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
-  std::atomic<uint64_t> next_reader_{1};  // the handle of the next file opened (0: no reader)
+  std::atomic<uint64_t> next_reader_{1};  // the reader of the next file opened (0: no reader)
   std::string read_ahead_path_;  // the bdi's read_ahead_kb, once found (SetReadahead)
   bool read_ahead_warned_ = false;
   // The readahead in force (bytes), as read back by SetReadahead; 0 until then

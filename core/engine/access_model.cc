@@ -243,20 +243,24 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       }
     }
     const bool scattered = access.clock < access.scattered_until;
-    // The reader that learned a pattern, leaving rows of its core unread,
-    // reads a narrower slice: the kernel's margins around the first slices
-    // may fit near fractions alike (rank 0 of 16 read as 0/15), and a larger
-    // tensor tells them apart. Such touches teach its learner again, with
-    // the ones the pattern was learned from; a narrower fraction they all
-    // fit replaces the pattern (only its own: -o shard's is never learned).
-    const bool narrower = !spill && known_by != patterns_.end() && r.learner.Taught(known_by->pattern) &&
-                          r.learner.LeavesUnread(o, known_by->pattern);
+    // The reader that learned a pattern, or another reader of the same
+    // process (its next file: a process reads its rows of every shard),
+    // leaving rows of its core unread, reads a narrower slice: the kernel's
+    // margins around the first slices may fit near fractions alike (rank 0
+    // of 16 read as 0/15), and a larger tensor tells them apart. Such touches
+    // teach the reader's learner, with the ones the pattern was learned from;
+    // a narrower fraction they all fit replaces the pattern (only a learned
+    // one: -o shard's has no process and no learner taught it).
+    const bool own = known_by != patterns_.end() &&
+                     (r.learner.Taught(known_by->pattern) || (r.process != 0 && r.process == known_by->process));
+    const bool narrower = !spill && own && r.learner.LeavesUnread(o, known_by->pattern);
     if ((!known || narrower) && !whole_reader && !scattered) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it{}", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin, narrower ? ", less than the rows it is taken to read" : "");
+      if (narrower && !r.learner.Taught(known_by->pattern)) r.learner.Adopt(known_by->pattern, known_by->support);
       if (std::optional<SlicePattern> found = r.learner.Observe(o, narrower ? &known_by->pattern : nullptr)) {
-        Learned(name, *found, narrower ? known_by->id : -1, calls);
+        Learned(name, r.learner, *found, narrower ? known_by->id : -1, r.process, calls);
       }
     }
     access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
@@ -296,8 +300,8 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   return said(Mode::kUnknown);
 }
 
-void AccessModel::Learned(const std::string& name, const SlicePattern& found, int narrowing,
-                          std::vector<PlannerCall>* calls) {
+void AccessModel::Learned(const std::string& name, const SliceLearner& learner, const SlicePattern& found,
+                          int narrowing, uint64_t process, std::vector<PlannerCall>* calls) {
   if (std::any_of(patterns_.begin(), patterns_.end(),
                   [&](const ActivePattern& p) { return p.pattern.SameSlice(found); })) {
     return;
@@ -309,11 +313,11 @@ void AccessModel::Learned(const std::string& name, const SlicePattern& found, in
     spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, found.ToString(),
                  wider->pattern.ToString());
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = wider->id});
-    *wider = ActivePattern{next_pattern_id_++, found};
+    *wider = ActivePattern{next_pattern_id_++, found, process, learner.Support()};
     return;
   }
   spdlog::info("{}: a reader takes {}: prefetching only those", name, found.ToString());
-  patterns_.push_back(ActivePattern{next_pattern_id_++, found});
+  patterns_.push_back(ActivePattern{next_pattern_id_++, found, process, learner.Support()});
   if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
     const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});

@@ -52,6 +52,11 @@ class AccessModel {
   struct ActivePattern {
     int id = 0;
     SlicePattern pattern;
+    // The process whose reader learned it (0: not known), and the
+    // observations it was learned from: another reader of that process may
+    // narrow it (SliceLearner::Adopt).
+    uint64_t process = 0;
+    std::vector<SliceObservation> support;
   };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for Tuning::settle_reads reads, then taught to the learner.
@@ -106,6 +111,8 @@ class AccessModel {
     // The readahead the object's files were opened with (ObjectState::
     // file_readahead); 0: the files opened now get.
     uint64_t file_readahead = 0;
+    // The process that opened the file (ReaderId::process); 0: not known.
+    uint64_t process = 0;
   };
   struct Answer {
     Mode mode = Mode::kWhole;
@@ -142,10 +149,12 @@ class AccessModel {
   const ActivePattern* Pattern(int id) const;
 
  private:
-  // Takes `found`, a pattern a reader's learner completed, unless one of the
-  // same slice is known: in place of pattern `narrowing` where that is wider
-  // (its reader was seen leaving rows of it unread), else as one more.
-  void Learned(const std::string& name, const SlicePattern& found, int narrowing, std::vector<PlannerCall>* calls);
+  // Takes `found`, a pattern the learner of a reader of `process` completed,
+  // unless one of the same slice is known: in place of pattern `narrowing`
+  // where that is wider (its reader was seen leaving rows of it unread), else
+  // as one more.
+  void Learned(const std::string& name, const SliceLearner& learner, const SlicePattern& found, int narrowing,
+               uint64_t process, std::vector<PlannerCall>* calls);
   // Whether `range` lies within Tuning::near_window of `window` (a slice
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;

@@ -235,7 +235,9 @@ void ReadEngine::DropSweeps(int pattern_id) {
     std::erase(st.pending_sweeps, pattern_id);
   }
   // Its windows still queued are not fetched: the pattern that replaced it
-  // sweeps its own. (A read coming to wait for one promoted it to demand.)
+  // sweeps its own. None has a read waiting (a read coming to wait for a
+  // queued prefetch promotes it to demand, which Withdraw leaves); one that
+  // had would go back to the queue as demand rather than fail that read.
   uint64_t withdrawn = 0;
   for (FetchJob& job : scheduler_.Withdraw([&](const FetchJob& j) { return j.slice == pattern_id; })) {
     const ChunkCache::Entry* entry = cache_.Find(job.extent);
@@ -290,8 +292,9 @@ void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
 
 void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done, ReadHints hints) {
   if (trace_ != nullptr) {
-    trace_->Record(TracedRead{.reader = hints.reader.value, .offset = offset, .length = size, .kernel = hints.prefetch,
-                              .delivered = hints.delivered, .within = hints.within, .object = object.name});
+    trace_->Record(TracedRead{.reader = hints.reader.value, .process = hints.reader.process, .offset = offset,
+                              .length = size, .kernel = hints.prefetch, .delivered = hints.delivered,
+                              .within = hints.within, .object = object.name});
   }
   if (offset >= object.size || size == 0) return done(ReadResult{});
   // What this read teaches of its reader may change the readahead of the
@@ -346,7 +349,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read) {
       AccessModel::Answer answer = model_.Classify(
           plan, state.info.name,
-          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0, state.file_readahead},
+          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0, state.file_readahead,
+                              op->hints.reader.process},
           op->range);
       mode = answer.mode;
       pattern = answer.pattern;

@@ -36,7 +36,8 @@
 // What a reader is doing is kept per reader (ReaderId: one open file), so
 // two processes reading one file, one a whole-tensor loader and one a slice
 // reader, each keep their own pattern; the slice patterns learned are shared
-// by all readers (a host's next file is read by a new reader).
+// by all readers (a host's next file is read by a new reader), and a pattern
+// found too wide is narrowed by the readers of the process that learned it.
 // The mode is decided per read by the access model; a read spanning two tensors (the
 // kernel reading around a page near a tensor's edge) fetches only its pages
 // for a reader not known yet.
@@ -157,8 +158,12 @@ namespace tensorfs {
 // two readers). Each reader's reads are told apart from the others': what one
 // of them does (read whole tensors, a slice, in order) says nothing about the
 // next. 0: the reader of every read that names none (one per object).
+// `process`: the process that opened the file (0: not known). One process's
+// readers of several files share what they show of its slice: a reader may
+// narrow the slice pattern another reader of its process learned.
 struct ReaderId {
   uint64_t value = 0;
+  uint64_t process = 0;
   auto operator<=>(const ReaderId&) const = default;
 };
 

@@ -20,7 +20,7 @@ StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path_ask
   if (file == nullptr) {
     return InvalidArgumentError("cannot write the read trace " + path + ": " + std::strerror(errno));
   }
-  std::fputs("# tensorfs read trace 2\n", file);
+  std::fputs("# tensorfs read trace 3\n", file);
   return std::unique_ptr<ReadTrace>(new ReadTrace(file));
 }
 
@@ -41,7 +41,9 @@ std::string FormatTracedRead(const TracedRead& read) {
     flags += 'w';
     within = std::to_string(read.within->offset) + "+" + std::to_string(read.within->length) + " ";
   }
-  return std::to_string(read.reader) + " " + std::to_string(read.offset) + " " + std::to_string(read.length) + " " +
+  std::string reader = std::to_string(read.reader);
+  if (read.process != 0) reader += "/" + std::to_string(read.process);
+  return reader + " " + std::to_string(read.offset) + " " + std::to_string(read.length) + " " +
          flags + " " + within + read.object + "\n";
 }
 
@@ -57,14 +59,19 @@ StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text) {
     TracedRead read;
     auto bad = [&] { return InvalidArgumentError("read trace line " + std::to_string(line_number) + " is malformed: " +
                                                  std::string(line)); };
-    auto number = [&](uint64_t* out) {
+    // A number, then a space; with `second`, optionally "/" and another.
+    auto number = [&](uint64_t* out, uint64_t* second = nullptr) {
       const size_t sp = line.find(' ');
       if (sp == std::string_view::npos) return false;
-      auto [end, ec] = std::from_chars(line.data(), line.data() + sp, *out);
+      const char* const stop = line.data() + sp;
+      std::from_chars_result r = std::from_chars(line.data(), stop, *out);
+      if (r.ec == std::errc() && second != nullptr && r.ptr != stop && *r.ptr == '/') {
+        r = std::from_chars(r.ptr + 1, stop, *second);
+      }
       line.remove_prefix(sp + 1);
-      return ec == std::errc() && end == line.data() - 1;
+      return r.ec == std::errc() && r.ptr == stop;
     };
-    if (!number(&read.reader) || !number(&read.offset) || !number(&read.length)) return bad();
+    if (!number(&read.reader, &read.process) || !number(&read.offset) || !number(&read.length)) return bad();
     const size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size()) return bad();
     const std::string_view flags = line.substr(0, sp);

@@ -7,14 +7,15 @@
 // machine (the hosts of a sharded job) each write their own trace.
 //
 // Format, text:
-//   # tensorfs read trace 2
-//   <reader> <offset> <length> <flags> [<within offset>+<within length>] <object name>
-// reader: ReaderId (0: none named); flags: "k" a kernel read of the file
+//   # tensorfs read trace 3
+//   <reader>[/<process>] <offset> <length> <flags> [<within offset>+<within length>] <object name>
+// reader: ReaderId (0: none named), and its process where known; flags: "k" a kernel read of the file
 // (ReadHints::prefetch), "v" a read made for a view file, "p" a Prefetch call
 // (a view file's reader asking ahead for source bytes), then "d" when the
 // bytes count as delivered, "w" when the read or prefetch names a `within`
 // range, which follows as its own field. The object name runs to the end of
-// the line. (Version 1 traces had no "p" lines and no `within` field.)
+// the line. (Version 1 traces had no "p" lines and no `within` field,
+// versions 1 and 2 no process.)
 //
 // Thread-safety: Record may be called concurrently; lines are whole.
 #ifndef TENSORFS_CORE_ENGINE_READ_TRACE_H_
@@ -36,6 +37,7 @@ namespace tensorfs {
 
 struct TracedRead {
   uint64_t reader = 0;
+  uint64_t process = 0;  // ReaderId::process
   uint64_t offset = 0;
   uint64_t length = 0;
   bool kernel = true;     // "k": ReadHints::prefetch

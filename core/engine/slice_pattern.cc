@@ -135,7 +135,6 @@ ByteRange SlicePattern::Window(const TensorSpan& t, uint64_t lower, uint64_t upp
   return ByteRange{begin, end > begin ? end - begin : 0};
 }
 
-
 uint64_t SlicePattern::MeanCore(std::span<const TensorSpan> tensors) const {
   uint64_t total = 0, count = 0;
   for (const TensorSpan& t : tensors) {
@@ -156,6 +155,11 @@ bool SliceLearner::Informative(const SliceObservation& o) {
   const uint64_t size = o.tensor.size();
   if (o.tensor.rows() < 2 || size < (256u << 10) || o.end <= o.begin) return false;
   return o.end - o.begin <= size - size / 8;
+}
+
+void SliceLearner::Adopt(const SlicePattern& p, std::span<const SliceObservation> support) {
+  taught_ = p;
+  used_.assign(support.begin(), support.end());
 }
 
 std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, const SlicePattern* within) {

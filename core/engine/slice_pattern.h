@@ -14,7 +14,9 @@
 // tensors agree on one fraction of rows, the fraction is known. Observations
 // of several readers (two ranks on one host) form separate patterns. A
 // reader later seen leaving rows of its pattern unread teaches the learner
-// that taught it again, and a narrower fraction within it may come out.
+// that taught it again (or, for a reader of another file of the same
+// process, its own learner given the pattern's observations: Adopt), and a
+// narrower fraction within it may come out.
 //
 // Thread-safety: SlicePattern is a value; SliceLearner has none of its own
 // (ReadEngine calls it with its mutex held).
@@ -26,6 +28,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/engine/tuning.h"
 #include "core/util/types.h"
@@ -107,18 +110,24 @@ class SliceLearner {
   // where the kernel's margins (KernelMargins) explain most of its slices.
   // Observations explained by a pattern already returned are used up.
   std::optional<SlicePattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr);
-  // Whether `p` is the pattern this learner returned last: a reader narrows
-  // only the pattern it learned (others may be other readers' own).
+  // Whether `p` is the pattern this learner returned last (or adopted): a
+  // reader narrows only a pattern of its own (others may be other readers').
   bool Taught(const SlicePattern& p) const { return taught_ && taught_->SameSlice(p); }
+  // The observations the pattern returned last explained: they go with the
+  // pattern, so that another learner may Adopt it.
+  std::vector<SliceObservation> Support() const { return {used_.begin(), used_.end()}; }
+  // Takes `p`, returned by another learner that `support` taught, as if this
+  // one had returned it: the reader of another file of the same process
+  // (which reads its rows of every shard, a file for each) narrows it too.
+  void Adopt(const SlicePattern& p, std::span<const SliceObservation> support);
   // Whether the reader of `o` left rows of `p`'s core in `o`'s tensor
-  // unread: more than two rows and a page of it before the first byte it had
-  // the kernel read there, or past the last (loaders may split rows
-  // differently by that much), having read at least half of it (less is the
-  // kernel reading around a neighbour); a copy's end is taken half a
-  // read-around less a page before `o`'s (the kernel read at least around
-  // its last page).
-  // Its own slice is narrower. An end of `o` within one readahead window of
-  // its tensor's tells nothing (see BeginsNearItsStart).
+  // unread (its own slice is narrower): more than two rows and a page of it
+  // before the first byte it had the kernel read there, or past the last
+  // (loaders may split rows differently by that much), having read at least
+  // half of it (less is the kernel reading around a neighbour); a copy's end
+  // is taken half a read-around less a page before `o`'s (the kernel read at
+  // least around its last page). An end of `o` within one readahead window
+  // of its tensor's tells nothing (see BeginsNearItsStart).
   bool LeavesUnread(const SliceObservation& o, const SlicePattern& p) const;
 
  private:

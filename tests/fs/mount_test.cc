@@ -17,7 +17,9 @@
 #include <random>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
+#include "core/engine/read_trace.h"
 #include "core/options/mount_options.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/mount_fixture.h"
@@ -223,6 +225,44 @@ TEST_F(MountTest, FixtureLeavesNoStaleMount) {
   EXPECT_FALSE(testing::IsMounted(path));
   // This fixture's mount point only: other tests may be mounting at the same time.
   EXPECT_EQ(RunCommand("grep -c ' " + path + " ' /proc/mounts || true").output, "0\n");
+}
+
+// A loader may open its shards from worker threads; what a process reads is
+// the process's (its readers share what they show of its slice): the reads
+// of a file opened in a thread are traced as its process's, not the thread's.
+TEST(ReaderProcessTest, AFileOpenedInAThreadIsReadForItsProcess) {
+  testing::TempDir source, traces;
+  testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 128, .intermediate = 384,
+                          .vocab = 1000, .dtype = Dtype::BF16};
+  auto written = testing::WriteCheckpoint(spec, {.num_shards = 1, .dir = source.path()});
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  std::string shard;
+  for (const auto& e : fsys::directory_iterator(source.path())) {
+    if (e.path().extension() == ".safetensors") shard = e.path().filename();
+  }
+  ASSERT_FALSE(shard.empty());
+  const std::string trace = traces.path() + "/reads.trace";
+  ::setenv("TENSORFS_TRACE_READS", trace.c_str(), 1);
+  std::string error;
+  std::unique_ptr<TensorfsMount> mount = TensorfsMount::Start(source.path(), {"-o", "views=none"}, &error);
+  ::unsetenv("TENSORFS_TRACE_READS");
+  ASSERT_NE(mount, nullptr) << error;
+  std::string got;
+  std::thread worker([&] { got = ReadWhole(mount->path() + "/" + shard); });
+  worker.join();
+  EXPECT_EQ(got, ReadWhole(source.path() + "/" + shard));
+  mount.reset();  // unmounted: every read is in the trace
+
+  StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(ReadWhole(trace));
+  ASSERT_TRUE(reads.ok()) << reads.status().ToString();
+  size_t kernel_reads = 0;
+  for (const TracedRead& r : *reads) {
+    if (!r.kernel || r.object != shard) continue;
+    ++kernel_reads;
+    EXPECT_NE(r.reader, 0u);
+    EXPECT_EQ(r.process, static_cast<uint64_t>(::getpid())) << "reader " << r.reader << " at " << r.offset;
+  }
+  EXPECT_GT(kernel_reads, 0u);
 }
 
 // The command line, without mounting.

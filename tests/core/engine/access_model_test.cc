@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <utility>
+#include <vector>
+
 namespace tensorfs {
 namespace {
 
@@ -28,7 +32,48 @@ class AccessModelTest : public ::testing::Test {
     AccessModel::Trail trail;
     AccessModel::ReaderClock clock;
     SliceLearner learner{Tuning{}};
+    uint64_t process = 0;  // the process that opened its file (0: not known)
   };
+
+  // A file as rank 0 of 16 read it on a mount (files at 64 KiB): tensors of
+  // 1.5 to 7.5 MiB, then the embedding, then one it moves on to; its data
+  // after a header of `header_length` bytes.
+  static ChunkPlan RankZeroPlan(uint64_t header_length = 4088) {
+    SafetensorsHeader h;
+    h.header_length = header_length;
+    uint64_t at = 0;
+    for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{512, 1536}, {1536, 1536}, {1536, 2560}, {32000, 1536},
+                              {512, 1536}}) {
+      h.tensors.push_back(TensorInfo{"t" + std::to_string(at), Dtype::BF16, {rows, cols}, at, at + rows * cols * 2});
+      at += rows * cols * 2;
+    }
+    return ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  }
+  static constexpr uint64_t kFile = 64 << 10;  // RankZeroPlan's files' readahead
+  // Reads of [begin, end) of tensor `i` of `plan` in the file's readahead,
+  // then reads at its last tensor's start until they settle; the calls they
+  // made are added to `calls`.
+  void ReadRankZero(AccessModel& model, const ChunkPlan& plan, ReaderState& r, size_t i, uint64_t begin,
+                    uint64_t end, std::vector<AccessModel::PlannerCall>* calls) {
+    const auto& t = plan.tensors();
+    const AccessModel::Reader reader{r.trail, r.clock, r.learner, true, kFile, r.process};
+    for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
+      const ByteRange range{x, std::min(kFile, t[i].begin + end - x)};
+      const AccessModel::Answer a = model.Classify(plan, "m", reader, range);
+      calls->insert(calls->end(), a.calls.begin(), a.calls.end());
+    }
+    for (int k = 0; k < 10; ++k) {
+      const AccessModel::Answer a = model.Classify(plan, "m", reader, ByteRange{t[4].begin + k * kPage, kPage});
+      calls->insert(calls->end(), a.calls.begin(), a.calls.end());
+    }
+  }
+  // Rank 0's first three slices, which 0/15 fits: `r` learns 0/15.
+  void TeachZeroOfFifteen(AccessModel& model, const ChunkPlan& plan, ReaderState& r,
+                          std::vector<AccessModel::PlannerCall>* calls) {
+    ReadRankZero(model, plan, r, 0, 0, 224248, calls);
+    ReadRankZero(model, plan, r, 1, 0, 420856, calls);
+    ReadRankZero(model, plan, r, 2, 0, 610296, calls);
+  }
 
   AccessModel::Answer Read(ReaderState& r, ByteRange range) {
     return model_.Classify(plan_, "model.safetensors", AccessModel::Reader{r.trail, r.clock, r.learner}, range);
@@ -133,51 +178,31 @@ TEST_F(AccessModelTest, SlicesAtATensorsEdgeAreLearnedAndTheReadsAcrossItAreNot)
 // 16 taken for 0/15, as a mount saw it: files at 64 KiB, tensors of 1.5 to
 // 7.5 MiB, then the embedding) is given its own once a larger tensor shows
 // it: the wider pattern is dropped, its sweeps with it, and the reader's
-// reads past its own rows are no longer in a window. Another reader, which
-// did not learn it, does not narrow it.
+// reads past its own rows are no longer in a window. Readers of other
+// processes (or of none known), which did not learn it, do not narrow it.
 TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt) {
-  SafetensorsHeader h;
-  h.header_length = 4088;
-  uint64_t at = 0;
-  for (auto [rows, cols] : {std::pair<uint64_t, uint64_t>{512, 1536}, {1536, 1536}, {1536, 2560}, {32000, 1536},
-                            {512, 1536}}) {
-    h.tensors.push_back(TensorInfo{"t" + std::to_string(at), Dtype::BF16, {rows, cols}, at, at + rows * cols * 2});
-    at += rows * cols * 2;
-  }
-  const ChunkPlan plan = ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  const ChunkPlan plan = RankZeroPlan();
   const auto& t = plan.tensors();
-  constexpr uint64_t kFile = 64 << 10;
   AccessModel model(tuning_, std::nullopt);
   std::vector<AccessModel::PlannerCall> calls;
-  // Reads of [begin, end) of tensor `i` in the file's readahead, then reads
-  // at the last tensor's start until they settle.
-  auto read = [&](ReaderState& r, size_t i, uint64_t begin, uint64_t end) {
-    const AccessModel::Reader reader{r.trail, r.clock, r.learner, true, kFile};
-    for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
-      const ByteRange range{x, std::min(kFile, t[i].begin + end - x)};
-      const AccessModel::Answer a = model.Classify(plan, "m", reader, range);
-      calls.insert(calls.end(), a.calls.begin(), a.calls.end());
-    }
-    for (int k = 0; k < 10; ++k) {
-      const AccessModel::Answer a = model.Classify(plan, "m", reader, ByteRange{t[4].begin + k * kPage, kPage});
-      calls.insert(calls.end(), a.calls.begin(), a.calls.end());
-    }
-  };
-  ReaderState r;
-  read(r, 0, 0, 224248);
-  read(r, 1, 0, 420856);
-  read(r, 2, 0, 610296);
+  ReaderState r{.process = 41};
+  TeachZeroOfFifteen(model, plan, r, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern wide = model.patterns()[0];
   ASSERT_TRUE(wide.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.pattern.ToString();
+  EXPECT_EQ(wide.process, 41u);
+  EXPECT_FALSE(wide.support.empty());
 
-  ReaderState other;  // reads the same rows: it did not learn the pattern, and does not narrow it
-  read(other, 3, 62456, 6222840);
-  ASSERT_EQ(model.patterns().size(), 1u);
-  EXPECT_EQ(model.patterns()[0].id, wide.id);
-  EXPECT_TRUE(calls.empty());
+  // They read the same rows, as r will.
+  for (const uint64_t process : {uint64_t{0}, uint64_t{42}}) {
+    ReaderState other{.process = process};
+    ReadRankZero(model, plan, other, 3, 62456, 6222840, &calls);
+    ASSERT_EQ(model.patterns().size(), 1u) << "process " << process;
+    EXPECT_EQ(model.patterns()[0].id, wide.id) << "process " << process;
+    EXPECT_TRUE(calls.empty()) << "process " << process;
+  }
 
-  read(r, 3, 62456, 6222840);
+  ReadRankZero(model, plan, r, 3, 62456, 6222840, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   EXPECT_TRUE(model.patterns()[0].pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
       << model.patterns()[0].pattern.ToString();
@@ -189,6 +214,32 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
   const ByteRange past{t[3].begin + 32000 / 15 * 3072 - kPage, kPage};
   EXPECT_NE(model.Classify(plan, "m", AccessModel::Reader{r.trail, r.clock, r.learner, true, kFile}, past).mode,
             AccessModel::Mode::kSlice);
+}
+
+// A process reads its rows of every shard, each through a file of its own:
+// a pattern learned too wide in its first file is narrowed by its reader of
+// another file (a new reader, whose learner never learned it), as the
+// reader that learned it would.
+TEST_F(AccessModelTest, AReaderOfAnotherFileOfTheSameProcessNarrowsItsPattern) {
+  const ChunkPlan first = RankZeroPlan();
+  const ChunkPlan next = RankZeroPlan(/*header_length=*/12280);
+  AccessModel model(tuning_, std::nullopt);
+  std::vector<AccessModel::PlannerCall> calls;
+  ReaderState r{.process = 41};
+  TeachZeroOfFifteen(model, first, r, &calls);
+  ASSERT_EQ(model.patterns().size(), 1u);
+  const AccessModel::ActivePattern wide = model.patterns()[0];
+  ASSERT_TRUE(wide.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.pattern.ToString();
+
+  ReaderState sibling{.process = 41};
+  ReadRankZero(model, next, sibling, 3, 62456, 6222840, &calls);
+  ASSERT_EQ(model.patterns().size(), 1u);
+  const AccessModel::ActivePattern narrow = model.patterns()[0];
+  EXPECT_TRUE(narrow.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrow.pattern.ToString();
+  EXPECT_EQ(narrow.process, 41u);
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kPatternDropped);
+  EXPECT_EQ(calls[0].pattern_id, wide.id);
 }
 
 // -o shard=R/N: the pattern is there from the start, and is never dropped.

@@ -50,10 +50,12 @@ struct ReplayedRequest {
   }
 };
 
-// Names the reader, for an engine that tells readers apart.
+// Names the reader (and its process, for an engine that groups readers by
+// it), for an engine that tells readers apart.
 template <typename Hints>
-void SetReader(Hints& hints, uint64_t reader) {
-  if constexpr (requires { hints.reader.value; }) hints.reader.value = reader;
+void SetReader(Hints& hints, const TracedRead& r) {
+  if constexpr (requires { hints.reader.value; }) hints.reader.value = r.reader;
+  if constexpr (requires { hints.reader.process; }) hints.reader.process = r.process;
 }
 
 // Makes the read `r` of `object` and checks it returns the bytes `memory`
@@ -64,7 +66,7 @@ inline std::string ReplayRead(ReadEngine& engine, MemoryStore& memory, const Obj
   hints.prefetch = r.kernel;
   hints.delivered = r.delivered;
   hints.within = r.within;
-  if (!merge_readers) SetReader(hints, r.reader);
+  if (!merge_readers) SetReader(hints, r);
   std::promise<StatusOr<ReadResult>> promise;
   engine.Read(object, r.offset, r.length, [&](StatusOr<ReadResult> x) { promise.set_value(std::move(x)); }, hints);
   StatusOr<ReadResult> result = promise.get_future().get();

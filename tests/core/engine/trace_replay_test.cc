@@ -101,13 +101,18 @@ TEST(ReadTraceFormatTest, ViewReadsAndPrefetchesKeepTheirWithinRange) {
                         .within = ByteRange{2200, 8388608}, .object = "model 1.safetensors"};
   const TracedRead prefetch{.offset = 2200, .length = 8388608, .kernel = false, .prefetch_call = true,
                             .delivered = false, .within = ByteRange{2200, 8388608}, .object = "a.safetensors"};
-  const TracedRead kernel{.reader = 3, .offset = 0, .length = 4096, .object = "b.safetensors"};
+  const TracedRead kernel{.reader = 3, .process = 4321, .offset = 0, .length = 4096, .object = "b.safetensors"};
   EXPECT_EQ(FormatTracedRead(read), "7 4096 131072 vdw 2200+8388608 model 1.safetensors\n");
   EXPECT_EQ(FormatTracedRead(prefetch), "0 2200 8388608 pw 2200+8388608 a.safetensors\n");
+  EXPECT_EQ(FormatTracedRead(kernel), "3/4321 0 4096 kd b.safetensors\n");
   StatusOr<std::vector<TracedRead>> parsed = ParseReadTrace(
-      "# tensorfs read trace 2\n" + FormatTracedRead(read) + FormatTracedRead(prefetch) + FormatTracedRead(kernel));
+      "# tensorfs read trace 3\n" + FormatTracedRead(read) + FormatTracedRead(prefetch) + FormatTracedRead(kernel));
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   ASSERT_EQ(parsed->size(), 3u);
+  EXPECT_EQ((*parsed)[0].reader, 7u);
+  EXPECT_EQ((*parsed)[0].process, 0u);
+  EXPECT_EQ((*parsed)[2].reader, 3u);
+  EXPECT_EQ((*parsed)[2].process, 4321u);
   EXPECT_EQ((*parsed)[0].object, "model 1.safetensors");
   EXPECT_EQ((*parsed)[0].within, (ByteRange{2200, 8388608}));
   EXPECT_FALSE((*parsed)[0].kernel);
@@ -120,8 +125,9 @@ TEST(ReadTraceFormatTest, ViewReadsAndPrefetchesKeepTheirWithinRange) {
 
 TEST(ReadTraceFormatTest, AMalformedLineIsNamed) {
   for (const char* line : {"0 1 2 kw a.safetensors", "0 1 2 kw 5+x a.safetensors", "0 1 2 kdx a.safetensors",
-                           "0 1 2 q a.safetensors", "0 1 2 pw 1+2"}) {
-    StatusOr<std::vector<TracedRead>> parsed = ParseReadTrace(std::string("# tensorfs read trace 2\n") + line);
+                           "0 1 2 q a.safetensors", "0 1 2 pw 1+2", "3/ 1 2 k a.safetensors",
+                           "3/x 1 2 k a.safetensors", "3 1/2 2 k a.safetensors"}) {
+    StatusOr<std::vector<TracedRead>> parsed = ParseReadTrace(std::string("# tensorfs read trace 3\n") + line);
     ASSERT_FALSE(parsed.ok()) << line;
     EXPECT_NE(parsed.status().message().find("line 2"), std::string::npos) << parsed.status().ToString();
   }
@@ -137,7 +143,7 @@ TEST(ReadTraceFormatTest, PercentPInThePathIsTheProcessId) {
   trace->reset();
   const fs::path written = fs::path(dir.path()) / ("trace." + std::to_string(::getpid()) + ".txt");
   ASSERT_TRUE(fs::exists(written));
-  EXPECT_EQ(Slurp(written), "# tensorfs read trace 2\n1 0 4096 kd a.safetensors\n");
+  EXPECT_EQ(Slurp(written), "# tensorfs read trace 3\n1 0 4096 kd a.safetensors\n");
 }
 
 // The reads of all readers taken as one reader's, as the engine took them

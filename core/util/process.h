@@ -1,0 +1,21 @@
+// The process a thread belongs to, as the kernel names it to a FUSE server:
+// a request carries the id of the thread that made it (a loader opening a
+// shard from a worker thread names that thread), while what a process does
+// is the process's.
+//
+// Thread-safety: ThreadGroupOf may be called from any thread.
+#ifndef TENSORFS_CORE_UTIL_PROCESS_H_
+#define TENSORFS_CORE_UTIL_PROCESS_H_
+
+#include <cstdint>
+
+namespace tensorfs {
+
+// The process id (thread group) of thread `tid`, from /proc/<tid>/status;
+// `tid` itself where that cannot be read (a thread gone, or in a pid
+// namespace this process does not see); 0 for 0 (no thread named).
+uint64_t ThreadGroupOf(uint64_t tid);
+
+}  // namespace tensorfs
+
+#endif  // TENSORFS_CORE_UTIL_PROCESS_H_
