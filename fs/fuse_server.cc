@@ -159,11 +159,6 @@ struct FuseHandlers {
     FillDir(req, size, offset, fi, /*plus=*/true);
   }
 
-  // An open file's handle: the reader its reads are for.
-  struct FileHandle {
-    ReaderId reader;
-  };
-
   static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
     Status status = Ns(req).Open(NodeId{ino});
@@ -175,7 +170,7 @@ struct FuseHandlers {
     // process that opened them (the request names the opening thread).
     const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
                           ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
-    auto handle = std::make_unique<FileHandle>(FileHandle{reader});
+    auto handle = std::make_unique<ReaderId>(reader);  // an open file's handle: the reader its reads are for
     fi->fh = reinterpret_cast<uint64_t>(handle.get());
     // The kernel gives the file the mount's readahead once this reply is in.
     if (const uint64_t ra = server.read_ahead_in_force_.load(std::memory_order_relaxed); ra > 0) {
@@ -199,12 +194,12 @@ struct FuseHandlers {
         iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
       }
       fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    }, reinterpret_cast<const FileHandle*>(fi->fh)->reader);
+    }, *reinterpret_cast<const ReaderId*>(fi->fh));
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-    const std::unique_ptr<FileHandle> handle(reinterpret_cast<FileHandle*>(fi->fh));
-    Ns(req).Release(handle->reader);
+    const std::unique_ptr<ReaderId> reader(reinterpret_cast<ReaderId*>(fi->fh));
+    Ns(req).Release(*reader);
     fuse_reply_err(req, 0);
   }
 

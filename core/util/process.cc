@@ -1,5 +1,6 @@
 #include "core/util/process.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <string>
@@ -13,12 +14,10 @@ uint64_t ThreadGroupOf(uint64_t tid) {
   constexpr std::string_view kTgid = "Tgid:";
   for (std::string line; std::getline(status, line);) {
     if (!line.starts_with(kTgid)) continue;
-    const size_t digits = line.find_first_not_of(" \t", kTgid.size());
+    const size_t digits = std::min(line.find_first_not_of(" \t", kTgid.size()), line.size());
     uint64_t tgid = 0;
-    if (digits == std::string::npos) break;
     auto [end, ec] = std::from_chars(line.data() + digits, line.data() + line.size(), tgid);
-    if (ec == std::errc() && tgid != 0) return tgid;
-    break;
+    return ec == std::errc() && tgid != 0 ? tgid : tid;
   }
   return tid;
 }
