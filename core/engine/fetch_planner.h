@@ -19,7 +19,8 @@
 // Requests are cut at chunk boundaries (ChunkPlan) and coalesced up to
 // chunk_size; each sequential reader's stream is read ahead by its share of
 // prefetch_window among the streams being read (StreamWindow), each slice
-// pattern's sweep keeps up to prefetch_window in flight.
+// pattern's sweep keeps up to prefetch_window requested (of which the fetch
+// scheduler runs what the link delivers in a second: fetch_scheduler.h).
 //
 // Thread-safety: none of its own; ReadEngine calls it under its mutex, and it
 // calls the Host back under that mutex.

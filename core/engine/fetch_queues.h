@@ -25,10 +25,20 @@ class FetchQueues {
 
   // The oldest demand job, else the oldest prefetch; nullopt when both are empty.
   std::optional<Job> Pop() {
-    std::deque<Job>& queue = demand_.empty() ? prefetch_ : demand_;
-    if (queue.empty()) return std::nullopt;
-    Job job = std::move(queue.front());
-    queue.pop_front();
+    return Pop([](const Job&) { return true; });
+  }
+  // The oldest demand job, else the oldest prefetch that `may_start` accepts
+  // (a bound on prefetch in flight may hold some back); nullopt when none.
+  // `prefetch`, if given, is set to whether the job was a prefetch.
+  template <typename MayStart>
+  std::optional<Job> Pop(MayStart may_start, bool* prefetch = nullptr) {
+    const bool from_prefetch = demand_.empty();
+    std::deque<Job>& queue = from_prefetch ? prefetch_ : demand_;
+    auto it = from_prefetch ? std::find_if(queue.begin(), queue.end(), may_start) : queue.begin();
+    if (it == queue.end()) return std::nullopt;
+    Job job = std::move(*it);
+    queue.erase(it);
+    if (prefetch != nullptr) *prefetch = from_prefetch;
     return job;
   }
 

@@ -72,7 +72,7 @@ StatusOr<std::shared_ptr<Chunk>> ReadEngine::FetchHead(const ObjectInfo& object,
   return chunk;
 }
 
-void ReadEngine::RunJob(const FetchJob& job) {
+uint64_t ReadEngine::RunJob(const FetchJob& job) {
   metrics_.fetches_in_flight.fetch_add(1, std::memory_order_relaxed);
   metrics_.fetches.fetch_add(1, std::memory_order_relaxed);
   const auto started = std::chrono::steady_clock::now();
@@ -93,6 +93,7 @@ void ReadEngine::RunJob(const FetchJob& job) {
     status = store_.Read(job.object, job.range.offset, chunk->writable());
     if (status.ok()) metrics_.bytes_fetched.fetch_add(job.range.length, std::memory_order_relaxed);
   }
+  const uint64_t delivered = status.ok() ? chunk->range().length : 0;
   metrics_.fetch_latency.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   metrics_.fetches_in_flight.fetch_sub(1, std::memory_order_relaxed);
   if (!status.ok()) {
@@ -158,6 +159,7 @@ void ReadEngine::RunJob(const FetchJob& job) {
   }
   for (auto& w : waiters) w(result);
   for (auto& w : plan_waiters) w(status);
+  return delivered;
 }
 
 }  // namespace tensorfs

@@ -57,7 +57,11 @@ ReadEngine::ReadEngine(ObjectStore& store, const EngineOptions& options, Metrics
       spdlog::warn("{}; reads are not traced", trace.status().message());
     }
   }
-  scheduler_.Start(options_.max_fetches, [this](const FetchJob& job) { RunJob(job); });
+  scheduler_.Start(options_.max_fetches, [this](const FetchJob& job) { return RunJob(job); },
+                   FetchScheduler<FetchJob>::PrefetchBound{
+                       .bytes_of = [](const FetchJob& job) { return job.slice >= 0 ? job.range.length : 0; },
+                       .floor = tuning_.sweep_floor,
+                       .horizon = tuning_.sweep_horizon});
 }
 
 ReadEngine::~ReadEngine() {

@@ -293,7 +293,8 @@ class ReadEngine final : private FetchPlanner::Host {
   // its queued windows no read waits for.
   void DropSweeps(int pattern_id) REQUIRES(mu_);
 
-  void RunJob(const FetchJob& job) EXCLUDES(mu_);
+  // Runs a queued fetch; returns the bytes it delivered (0 if it failed).
+  uint64_t RunJob(const FetchJob& job) EXCLUDES(mu_);
   // Fetches the head of an object and builds its plan.
   StatusOr<std::shared_ptr<Chunk>> FetchHead(const ObjectInfo& object, std::shared_ptr<const ChunkPlan>* plan);
   void FinishRead(const std::shared_ptr<ReadOp>& op) EXCLUDES(mu_);

@@ -21,6 +21,7 @@ Tuning Tuning::For(uint64_t chunk_size, uint64_t readahead, uint64_t slice_reada
   t.near_window = 8 * half;
   t.max_margin = 16 * half;
   t.max_piece = std::min<uint64_t>(chunk_size, 4 << 20);
+  t.sweep_floor = chunk_size;
   return t;
 }
 

@@ -15,6 +15,7 @@
 #define TENSORFS_CORE_ENGINE_TUNING_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -131,6 +132,13 @@ struct Tuning {
   // Requests for an unknown reader's run are cut at this size, so the link's
   // connections each carry a share: min(chunk_size, 4 MiB).
   uint64_t max_piece = 4 << 20;
+
+  // --- Scheduler: slice sweeps in flight (fetch_scheduler.h). A sweep's
+  // request starts while the sweeps' requests running come to fewer bytes
+  // than the fetches delivered in the last `sweep_horizon`, or than
+  // `sweep_floor` (one chunk).
+  uint64_t sweep_floor = 8 << 20;
+  std::chrono::milliseconds sweep_horizon{1000};
 
   // --- Slice learner.
   // The most the kernel reads around a slice (both sides together): eight

@@ -32,6 +32,28 @@ TEST(FetchQueuesTest, DemandRunsBeforePrefetchEachInTheOrderQueued) {
   EXPECT_TRUE(queues.empty());
 }
 
+// A bound on prefetch in flight holds some prefetches back: the oldest one
+// it lets start is taken, and demand is taken whatever it says.
+TEST(FetchQueuesTest, PopTakesTheOldestPrefetchThatMayStartAndDemandAlways) {
+  FetchQueues<TestJob> queues;
+  for (int id : {1, 2, 3}) queues.Push({id}, /*prefetch=*/true);
+  queues.Push({4}, /*prefetch=*/false);
+  auto odd = [](const TestJob& j) { return j.id % 2 == 1; };
+  auto none = [](const TestJob&) { return false; };
+  bool prefetch = true;
+  EXPECT_EQ(queues.Pop(none, &prefetch)->id, 4) << "demand";
+  EXPECT_FALSE(prefetch);
+  std::optional<TestJob> job = queues.Pop([](const TestJob& j) { return j.id == 2; }, &prefetch);
+  ASSERT_TRUE(job.has_value());
+  EXPECT_EQ(job->id, 2) << "past the prefetch held back";
+  EXPECT_TRUE(prefetch);
+  EXPECT_FALSE(queues.Pop(none).has_value()) << "every prefetch held back";
+  EXPECT_EQ(queues.size(), 2u);
+  EXPECT_EQ(queues.Pop(odd)->id, 1);
+  EXPECT_EQ(queues.Pop(odd)->id, 3);
+  EXPECT_TRUE(queues.empty());
+}
+
 // Prefetches no longer wanted are taken out, in queue order; demand jobs
 // (a read waits for them) stay, and so does the order of the rest.
 TEST(FetchQueuesTest, WithdrawTakesOutOnlyTheQueuedPrefetchesItMatches) {
