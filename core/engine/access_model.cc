@@ -66,6 +66,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const TensorSpan& t = tensors[k];
     const uint64_t begin = std::max(range.offset, t.begin);
     const uint64_t end = std::min(range.end(), t.end);
+    bool grew_down = false;  // the read grew a touch at its start only
     auto it = std::find_if(access.touches.begin(), access.touches.end(), [&](const Touch& touch) {
       return touch.tensor == static_cast<int>(k) && begin <= touch.range.end() + tuning_.touch_gap &&
              end + tuning_.touch_gap >= touch.range.offset;
@@ -90,6 +91,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       const uint64_t b = std::min(begin, it->range.offset);
       const uint64_t e = std::max(end, it->range.end());
       if (b < it->range.offset || e > it->range.end()) it->grown_at = access.clock;
+      grew_down = b < it->range.offset && e == it->range.end();
       it->range = ByteRange{b, e - b};
     }
     // A copy (memcpy touches the first page of what it copies, then its last
@@ -98,7 +100,13 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // grown since (maybe into it), and was no more than the read-around of
     // a first page when it did (else the later touch is the kernel reading
     // around the start of the next tensor, and the growth its readahead
-    // arriving late). The copy runs to the end of that touch.
+    // arriving late). The copy runs to the end of that touch. glibc's
+    // memcpy copies large blocks backward when the destination's offset
+    // from the source would make them alias in 4 KiB (which loaders do not
+    // choose): first page, last page, then the rest down from the last. Then
+    // the touch this read grew at its start is the last page's, and the
+    // first page's is the nearest touch before it, read before it and still
+    // no more than a first page's read-around.
     // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
     // host's slice, before its pattern is known) the bytes in between are
     // fetched now and nothing past the copy is read ahead, so that learning
@@ -124,6 +132,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
                   !NextWindowsFirstPage(plan, k, head->range, it->range, r.file_readahead);
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
+      const Touch* head = &*it;
       const Touch* tail = nullptr;
       for (const Touch& x : access.touches) {
         if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.offset > it->range.offset &&
@@ -131,25 +140,38 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
           tail = &x;
         }
       }
+      if (tail != nullptr && tail->range.length > std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
+        tail = nullptr;
+      }
+      if (tail == nullptr && grew_down) {  // backward: this touch is the copy's last page
+        tail = &*it;
+        head = nullptr;
+        for (const Touch& x : access.touches) {
+          if (x.tensor == static_cast<int>(k) && x.range.end() < it->range.offset &&
+              (head == nullptr || x.range.offset > head->range.offset)) {
+            head = &x;
+          }
+        }
+        if (head != nullptr && head->range.length > tuning_.copy_tail_max) head = nullptr;
+      }
       // A later touch at a known slice reader's window is that reader's first
       // page, not a copy's last (the first touch was then the kernel reading
       // around the header, its readahead arriving late). Nor is one at the
       // tensor's end next to the following tensor's window while the first
       // touch is still in that pattern's window here: that is a slice reader
       // (rank 0) at its next window, its readahead of this one arriving late.
-      if (tail != nullptr && tail->first_read > it->first_read && tail->read_before <= tuning_.copy_tail_max &&
-          tail->range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max) &&
-          !NearKnownWindow(plan, k, tail->range, r.file_readahead) &&
-          !NextWindowsFirstPage(plan, k, it->range, tail->range, r.file_readahead)) {
-        if (it->range.offset == t.begin && tail->range.end() == t.end) {
+      if (head != nullptr && tail != nullptr && tail->first_read > head->first_read &&
+          tail->read_before <= tuning_.copy_tail_max && !NearKnownWindow(plan, k, tail->range, r.file_readahead) &&
+          !NextWindowsFirstPage(plan, k, head->range, tail->range, r.file_readahead)) {
+        if (head->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
           calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kWholeTensor, .tensor = k});
         } else if (it->copy_end == 0) {
           it->copy_end = tail->range.end();
-          if (tail->range.offset > it->range.end()) {
+          if (tail->range.offset > head->range.end()) {
             calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kCopyGap,
-                                       .range = ByteRange{it->range.end(), tail->range.offset - it->range.end()}});
+                                       .range = ByteRange{head->range.end(), tail->range.offset - head->range.end()}});
           }
         }
       }

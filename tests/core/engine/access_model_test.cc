@@ -127,6 +127,34 @@ TEST_F(AccessModelTest, CopyOfAWholeTensorMakesAWholeReaderAndAsksForTheRestOfIt
   EXPECT_TRUE(model_.patterns().empty());
 }
 
+// glibc's memcpy copies large blocks backward when the destination's offset
+// from the source would alias in 4 KiB: the first page, the last, then the
+// rest down from the last. Such a copy is told as soon as the last page's
+// touch grows down, as a forward one is when the first page's grows up.
+TEST_F(AccessModelTest, BackwardCopyOfAWholeTensorMakesAWholeReader) {
+  ReaderState r;
+  EXPECT_EQ(Read(r, ByteRange{T(3).begin, kPage}).mode, AccessModel::Mode::kUnknown);
+  EXPECT_EQ(Read(r, ByteRange{T(3).end - kPage, kPage}).mode, AccessModel::Mode::kWholeEnd);
+  const AccessModel::Answer third = Read(r, ByteRange{T(3).end - kPage - kRead, kRead});
+  EXPECT_EQ(third.mode, AccessModel::Mode::kWhole);
+  ASSERT_EQ(third.calls.size(), 1u);
+  EXPECT_EQ(third.calls[0].kind, AccessModel::PlannerCall::Kind::kWholeTensor);
+  EXPECT_EQ(third.calls[0].tensor, 3u);
+}
+
+TEST_F(AccessModelTest, BackwardCopyOfASliceAsksForTheBytesBetweenItsFirstAndLastPages) {
+  ReaderState r;
+  const ByteRange slice = Rows(3, 1, 4);
+  Read(r, ByteRange{slice.offset, kPage});
+  Read(r, ByteRange{slice.end() - kPage, kPage});
+  const AccessModel::Answer third = Read(r, ByteRange{slice.end() - kPage - kRead, kRead});
+  ASSERT_EQ(third.calls.size(), 1u);
+  EXPECT_EQ(third.calls[0].kind, AccessModel::PlannerCall::Kind::kCopyGap);
+  EXPECT_EQ(third.calls[0].range, (ByteRange{slice.offset + kPage, slice.length - 2 * kPage - kRead}));
+  EXPECT_EQ(third.copy_end, slice.end());
+  EXPECT_EQ(Read(r, ByteRange{slice.end(), kPage}).mode, AccessModel::Mode::kAround) << "past the copy";
+}
+
 TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) {
   ReaderState r;
   size_t learned_at = 0;
