@@ -182,13 +182,15 @@ class FetchScheduler {
         ++running_;
       }
       const uint64_t delivered = run_(*job);
+      bool queued = false;
       {
         MutexLock lock(mu_);
         budget_->Finished(bounded, delivered, bound_.clock->Now());
         --running_;
+        queued = !queues_.empty();
       }
-      // What it delivered may let a bounded prefetch start.
-      if (bounded > 0 || delivered > 0) cv_.NotifyAll();
+      // What it delivered may let a bounded prefetch held back start.
+      if (queued) cv_.NotifyAll();
     }
   }
 
