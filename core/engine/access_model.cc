@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace tensorfs {
-
 AccessModel::AccessModel(const Tuning& tuning, std::optional<SlicePattern> shard)
     : tuning_(tuning), shard_(shard.has_value()) {
   if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, *shard});
@@ -248,7 +248,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // scattered pages: the places fit some fraction of rows by chance, not as
     // a slice reader's do. Edges do not count, nor do the reads of no one
     // reader (several slice readers share that state).
-    if (!edge && r.named) {
+    if (!edge && r.named()) {
       const bool back = std::any_of(access.left.begin(), access.left.end(), [&](const auto& x) {
         return x.first == touch.tensor && (touch.range.end() + tuning_.max_margin < x.second.offset ||
                                            x.second.end() + tuning_.max_margin < touch.range.offset);
@@ -273,17 +273,16 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // teach the reader's learner, with the ones the pattern was learned from;
     // a narrower fraction they all fit replaces the pattern (only a learned
     // one: -o shard's has no process and no learner taught it).
-    const bool own = known_by != patterns_.end() &&
-                     (r.learner.Taught(known_by->pattern) || (r.process != 0 && r.process == known_by->process));
+    const bool own = known_by != patterns_.end() && known_by->reader.has_value() &&
+                     (*known_by->reader == r.id || (r.process != 0 && r.process == known_by->process));
     const bool narrower = !spill && own && r.learner.LeavesUnread(o, known_by->pattern);
     if ((!known || narrower) && !whole_reader && !scattered) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it{}", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin, narrower ? ", less than the rows it is taken to read" : "");
-      if (narrower && !r.learner.Taught(known_by->pattern)) r.learner.Adopt(known_by->pattern, known_by->support);
-      if (std::optional<SlicePattern> found = r.learner.Observe(o, narrower ? &known_by->pattern : nullptr)) {
-        Learned(name, r.learner, *found, narrower ? known_by->id : -1, r.process, calls);
-      }
+      std::optional<LearnedPattern> found =
+          narrower ? r.learner.Observe(o, &known_by->pattern, known_by->support) : r.learner.Observe(o);
+      if (found) Learned(name, std::move(*found), narrower ? known_by->id : -1, r, calls);
     }
     access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
   }
@@ -322,24 +321,25 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   return said(Mode::kUnknown);
 }
 
-void AccessModel::Learned(const std::string& name, const SliceLearner& learner, const SlicePattern& found,
-                          int narrowing, uint64_t process, std::vector<PlannerCall>* calls) {
+void AccessModel::Learned(const std::string& name, LearnedPattern found, int narrowing, const Reader& reader,
+                          std::vector<PlannerCall>* calls) {
   if (std::any_of(patterns_.begin(), patterns_.end(),
-                  [&](const ActivePattern& p) { return p.pattern.SameSlice(found); })) {
+                  [&](const ActivePattern& p) { return p.pattern.SameSlice(found.pattern); })) {
     return;
   }
+  ActivePattern learned{next_pattern_id_++, found.pattern, reader.id, reader.process, std::move(found.support)};
   const auto wider = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    return p.id == narrowing && p.pattern.Contains(found);
+    return p.id == narrowing && p.pattern.Contains(learned.pattern);
   });
   if (wider != patterns_.end()) {
-    spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, found.ToString(),
+    spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, learned.pattern.ToString(),
                  wider->pattern.ToString());
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = wider->id});
-    *wider = ActivePattern{next_pattern_id_++, found, process, learner.Support()};
+    *wider = std::move(learned);
     return;
   }
-  spdlog::info("{}: a reader takes {}: prefetching only those", name, found.ToString());
-  patterns_.push_back(ActivePattern{next_pattern_id_++, found, process, learner.Support()});
+  spdlog::info("{}: a reader takes {}: prefetching only those", name, learned.pattern.ToString());
+  patterns_.push_back(std::move(learned));
   if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
     const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});

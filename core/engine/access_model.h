@@ -52,9 +52,11 @@ class AccessModel {
   struct ActivePattern {
     int id = 0;
     SlicePattern pattern;
-    // The process whose reader learned it (0: not known), and the
-    // observations it was learned from: another reader of that process may
-    // narrow it (SliceLearner::Adopt).
+    // The reader that learned it (Reader::id) and that reader's process (0:
+    // not known); no reader for -o shard's. That reader, or another of its
+    // process (which reads its rows of every shard, a file each), may narrow
+    // it, the observations it was learned from voting again.
+    std::optional<uint64_t> reader;
     uint64_t process = 0;
     std::vector<SliceObservation> support;
   };
@@ -101,18 +103,21 @@ class AccessModel {
     // than pieces of them, until its reads fall in a slice pattern's windows.
     bool presumed_whole = false;
   };
-  // The reader a read is for. `named`: false for the reads that name no
-  // reader (one state for all of them: several slice readers may share it).
+  // The reader a read is for: an open file (`id`, its ReaderId::value), or
+  // the reads that name no reader (`id` 0: one state for all of them, which
+  // several slice readers may share).
   struct Reader {
     Trail& trail;
     ReaderClock& clock;
     SliceLearner& learner;
-    bool named = true;
+    uint64_t id = 0;
     // The readahead the object's files were opened with (ObjectState::
     // file_readahead); 0: the files opened now get.
     uint64_t file_readahead = 0;
     // The process that opened the file (ReaderId::process); 0: not known.
     uint64_t process = 0;
+
+    bool named() const { return id != 0; }
   };
   struct Answer {
     Mode mode = Mode::kWhole;
@@ -149,12 +154,11 @@ class AccessModel {
   const ActivePattern* Pattern(int id) const;
 
  private:
-  // Takes `found`, a pattern the learner of a reader of `process` completed,
-  // unless one of the same slice is known: in place of pattern `narrowing`
-  // where that is wider (its reader was seen leaving rows of it unread), else
-  // as one more.
-  void Learned(const std::string& name, const SliceLearner& learner, const SlicePattern& found, int narrowing,
-               uint64_t process, std::vector<PlannerCall>* calls);
+  // Takes `found`, a pattern the learner of `reader` completed, unless one
+  // of the same slice is known: in place of pattern `narrowing` where that is
+  // wider (its reader was seen leaving rows of it unread), else as one more.
+  void Learned(const std::string& name, LearnedPattern found, int narrowing, const Reader& reader,
+               std::vector<PlannerCall>* calls);
   // Whether `range` lies within Tuning::near_window of `window` (a slice
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;

@@ -353,7 +353,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     if (kernel_read) {
       AccessModel::Answer answer = model_.Classify(
           plan, state.info.name,
-          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value != 0, state.file_readahead,
+          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value, state.file_readahead,
                               op->hints.reader.process},
           op->range);
       mode = answer.mode;

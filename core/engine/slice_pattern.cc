@@ -157,12 +157,8 @@ bool SliceLearner::Informative(const SliceObservation& o) {
   return o.end - o.begin <= size - size / 8;
 }
 
-void SliceLearner::Adopt(const SlicePattern& p, std::span<const SliceObservation> support) {
-  taught_ = p;
-  used_.assign(support.begin(), support.end());
-}
-
-std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, const SlicePattern* within) {
+std::optional<LearnedPattern> SliceLearner::Observe(const SliceObservation& o, const SlicePattern* within,
+                                                     std::span<const SliceObservation> support) {
   if (!Informative(o)) return std::nullopt;
   // A fraction within a pattern its reader was taken to read, which
   // observations show narrower: the reader is known to read slices of about
@@ -170,15 +166,19 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, con
   auto spread = [within](uint64_t smallest, uint64_t largest) {
     return within != nullptr || 2 * largest >= 3 * smallest;
   };
-  std::erase_if(recent_, [&](const SliceObservation& r) { return r.tensor.begin == o.tensor.begin &&
-                                                                  r.tensor.end == o.tensor.end && r.begin == o.begin; });
+  // Remembered is one observation of a tensor's slice at one place, the latest.
+  auto same_place = [](const SliceObservation& a, const SliceObservation& b) {
+    return a.tensor.begin == b.tensor.begin && a.tensor.end == b.tensor.end && a.begin == b.begin;
+  };
   // Narrowing a pattern: the observations it was learned from vote again.
   if (within != nullptr) {
-    for (const SliceObservation& u : used_) {
-      if (recent_.size() + 1 < kRemembered) recent_.push_back(u);
+    for (const SliceObservation& u : support) {
+      const bool known = std::any_of(recent_.begin(), recent_.end(),
+                                     [&](const SliceObservation& r) { return same_place(r, u); });
+      if (!known && recent_.size() + 1 < kRemembered) recent_.push_back(u);
     }
-    used_.clear();
   }
+  std::erase_if(recent_, [&](const SliceObservation& r) { return same_place(r, o); });
   recent_.push_back(o);
   if (recent_.size() > kRemembered) recent_.pop_front();
 
@@ -426,15 +426,14 @@ std::optional<SlicePattern> SliceLearner::Observe(const SliceObservation& o, con
   // reads beyond the edge were counted as the neighbour's).
   best->before = PageUp(std::max<uint64_t>(best->before, tuning_.read_around_half));
   best->after = PageUp(std::max<uint64_t>(best->after, tuning_.read_around_half));
-  used_.clear();
+  LearnedPattern found{*best, {}};
   std::erase_if(recent_, [&](const SliceObservation& r) {
     uint64_t rb = 0, ra = 0;
     if (!Fits(r, *best, &rb, &ra)) return false;
-    used_.push_back(r);
+    found.support.push_back(r);
     return true;
   });
-  taught_ = best;
-  return best;
+  return found;
 }
 
 }  // namespace tensorfs

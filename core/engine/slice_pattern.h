@@ -11,12 +11,11 @@
 //
 // SliceLearner turns observations (the one range a reader touched in a tensor
 // it has left) into patterns: once kMinSupport observations from different
-// tensors agree on one fraction of rows, the fraction is known. Observations
-// of several readers (two ranks on one host) form separate patterns. A
-// reader later seen leaving rows of its pattern unread teaches the learner
-// that taught it again (or, for a reader of another file of the same
-// process, its own learner given the pattern's observations: Adopt), and a
-// narrower fraction within it may come out.
+// tensors agree on one fraction of rows, the fraction is known, with the
+// observations it explains (LearnedPattern). Observations of several readers
+// (two ranks on one host) form separate patterns. A reader later seen leaving
+// rows of its pattern unread teaches its learner again, the pattern's
+// observations voting with it, and a narrower fraction within it may come out.
 //
 // Thread-safety: SlicePattern is a value; SliceLearner has none of its own
 // (ReadEngine calls it with its mutex held).
@@ -90,6 +89,15 @@ struct SliceObservation {
   uint64_t readahead = 0;
 };
 
+// A pattern a learner found, with the observations it explains (its
+// support: used up in that learner). They go with the pattern, so that a
+// reader later seen reading narrower has them vote again, in its own learner
+// (a process reads its rows of every shard, each file with a reader of its own).
+struct LearnedPattern {
+  SlicePattern pattern;
+  std::vector<SliceObservation> support;
+};
+
 class SliceLearner {
  public:
   // The kernel's read-around and the largest denominator tried come from `tuning`.
@@ -105,21 +113,14 @@ class SliceLearner {
   // Adds an observation. Returns the pattern it completes, if any: observations
   // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
   // fraction of rows explains. `within`: a pattern the reader was taken to
-  // read, which `o` leaves rows of unread (LeavesUnread): only a narrower
-  // fraction within it is looked for, of tensors of any sizes, and taken
-  // where the kernel's margins (KernelMargins) explain most of its slices.
-  // Observations explained by a pattern already returned are used up.
-  std::optional<SlicePattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr);
-  // Whether `p` is the pattern this learner returned last (or adopted): a
-  // reader narrows only a pattern of its own (others may be other readers').
-  bool Taught(const SlicePattern& p) const { return taught_ && taught_->SameSlice(p); }
-  // The observations the pattern returned last explained: they go with the
-  // pattern, so that another learner may Adopt it.
-  std::vector<SliceObservation> Support() const { return {used_.begin(), used_.end()}; }
-  // Takes `p`, returned by another learner that `support` taught, as if this
-  // one had returned it: the reader of another file of the same process
-  // (which reads its rows of every shard, a file for each) narrows it too.
-  void Adopt(const SlicePattern& p, std::span<const SliceObservation> support);
+  // read, which `o` leaves rows of unread (LeavesUnread), and `support` the
+  // observations it was learned from (LearnedPattern::support): they vote
+  // again (those this learner does not remember), only a narrower fraction
+  // within it is looked for, of tensors of any sizes, and taken where the
+  // kernel's margins (KernelMargins) explain most of its slices.
+  // Observations explained by a pattern returned are used up.
+  std::optional<LearnedPattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr,
+                                        std::span<const SliceObservation> support = {});
   // Whether the reader of `o` left rows of `p`'s core in `o`'s tensor
   // unread (its own slice is narrower): more than two rows and a page of it
   // before the first byte it had the kernel read there, or past the last
@@ -159,8 +160,6 @@ class SliceLearner {
 
   Tuning tuning_;
   std::deque<SliceObservation> recent_;
-  std::optional<SlicePattern> taught_;  // the last pattern returned
-  std::deque<SliceObservation> used_;  // the observations it explained
 };
 
 }  // namespace tensorfs

@@ -28,11 +28,18 @@ class AccessModelTest : public ::testing::Test {
     return ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
   }
 
+  // One open file's reader: each a reader of its own (an id of its own).
   struct ReaderState {
     AccessModel::Trail trail;
     AccessModel::ReaderClock clock;
     SliceLearner learner{Tuning{}};
     uint64_t process = 0;  // the process that opened its file (0: not known)
+    uint64_t id = ++last_id;
+
+    AccessModel::Reader Of(uint64_t file_readahead = 0) {
+      return AccessModel::Reader{trail, clock, learner, id, file_readahead, process};
+    }
+    static inline uint64_t last_id = 0;
   };
 
   // A file as rank 0 of 16 read it on a mount (files at 64 KiB): tensors of
@@ -56,7 +63,7 @@ class AccessModelTest : public ::testing::Test {
   void ReadRankZero(AccessModel& model, const ChunkPlan& plan, ReaderState& r, size_t i, uint64_t begin,
                     uint64_t end, std::vector<AccessModel::PlannerCall>* calls) {
     const auto& t = plan.tensors();
-    const AccessModel::Reader reader{r.trail, r.clock, r.learner, true, kFile, r.process};
+    const AccessModel::Reader reader = r.Of(kFile);
     for (uint64_t x = t[i].begin + begin; x < t[i].begin + end; x += kFile) {
       const ByteRange range{x, std::min(kFile, t[i].begin + end - x)};
       const AccessModel::Answer a = model.Classify(plan, "m", reader, range);
@@ -76,7 +83,7 @@ class AccessModelTest : public ::testing::Test {
   }
 
   AccessModel::Answer Read(ReaderState& r, ByteRange range) {
-    return model_.Classify(plan_, "model.safetensors", AccessModel::Reader{r.trail, r.clock, r.learner}, range);
+    return model_.Classify(plan_, "model.safetensors", r.Of(), range);
   }
   // The kernel's reads for a copy of [begin, end) out of an mmap: the page
   // at its start, the one at its end (each with the readahead around it),
@@ -193,7 +200,7 @@ TEST_F(AccessModelTest, SlicesAtATensorsEdgeAreLearnedAndTheReadsAcrossItAreNot)
       const ByteRange rows = Rows(i, rank, 8);
       ASSERT_LT(rows.length + kRead, tuning_.spill_max);
       for (const ByteRange& read : FaultReads(rows.offset, rows.end())) {
-        model.Classify(plan_, "m", AccessModel::Reader{r.trail, r.clock, r.learner}, read);
+        model.Classify(plan_, "m", r.Of(), read);
       }
     }
     ASSERT_EQ(model.patterns().size(), 1u) << "rank " << rank;
@@ -240,7 +247,7 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
   EXPECT_EQ(model.Pattern(wide.id), nullptr);
   // 1/15's last rows of the embedding, 330 KiB past 1/16's: no window's now.
   const ByteRange past{t[3].begin + 32000 / 15 * 3072 - kPage, kPage};
-  EXPECT_NE(model.Classify(plan, "m", AccessModel::Reader{r.trail, r.clock, r.learner, true, kFile}, past).mode,
+  EXPECT_NE(model.Classify(plan, "m", r.Of(kFile), past).mode,
             AccessModel::Mode::kSlice);
 }
 
@@ -275,7 +282,7 @@ TEST_F(AccessModelTest, ShardPatternIsKnownBeforeAnyRead) {
   AccessModel model(tuning_, SlicePattern::Shard(2, 4, tuning_));
   ASSERT_EQ(model.patterns().size(), 1u);
   ReaderState r;
-  const AccessModel::Answer a = model.Classify(plan_, "m", AccessModel::Reader{r.trail, r.clock, r.learner},
+  const AccessModel::Answer a = model.Classify(plan_, "m", r.Of(),
                                                ByteRange{Rows(0, 2, 4).offset + kPage, kPage});
   EXPECT_EQ(a.mode, AccessModel::Mode::kSlice);
   EXPECT_EQ(a.pattern, &model.patterns()[0]);

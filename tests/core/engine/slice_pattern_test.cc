@@ -31,12 +31,18 @@ SliceObservation Observed(const TensorSpan& t, uint64_t rank, uint64_t world, ui
                           std::min(t.end, (end + after + 4095) & ~uint64_t{4095})};
 }
 
+// The pattern an observation completed, if any.
+std::optional<SlicePattern> PatternOf(const std::optional<LearnedPattern>& learned) {
+  if (!learned) return std::nullopt;
+  return learned->pattern;
+}
+
 // What a learner makes of `seen`, observed in order until a pattern comes.
 std::optional<SlicePattern> LearnFrom(const std::vector<SliceObservation>& seen) {
   SliceLearner learner;
   std::optional<SlicePattern> learned;
   for (const SliceObservation& o : seen) {
-    if (!learned) learned = learner.Observe(o);
+    if (!learned) learned = PatternOf(learner.Observe(o));
   }
   return learned;
 }
@@ -47,7 +53,7 @@ TEST(SlicePatternTest, LearnsTheRowFractionFromAFewTensorsOfDifferentSizes) {
       SliceLearner learner;
       std::optional<SlicePattern> learned;
       for (const TensorSpan& t : Tensors()) {
-        if (!learned) learned = learner.Observe(Observed(t, rank, world));
+        if (!learned) learned = PatternOf(learner.Observe(Observed(t, rank, world)));
       }
       ASSERT_TRUE(learned.has_value()) << "nothing learned for " << rank << "/" << world;
       // The rows, give or take a thousandth of the tensor (a fraction that
@@ -198,8 +204,8 @@ const TensorSpan kRankZeroKv{1 << 20, (1 << 20) + 1572864, 3072};
 const TensorSpan kRankZeroAttn{16 << 20, (16 << 20) + 4718592, 3072};
 const TensorSpan kRankZeroMlp{32 << 20, (32 << 20) + 7864320, 5120};
 
-std::optional<SlicePattern> TeachRankZerosFirstSlices(SliceLearner& learner) {
-  std::optional<SlicePattern> learned;
+std::optional<LearnedPattern> TeachRankZerosFirstSlices(SliceLearner& learner) {
+  std::optional<LearnedPattern> learned;
   for (const auto& [t, end] : {std::pair{kRankZeroKv, 224248}, {kRankZeroAttn, 420856}, {kRankZeroMlp, 610296}}) {
     if (!learned) learned = learner.Observe(SliceObservation{t, t.begin, t.begin + end, kRankZeroFile});
   }
@@ -211,31 +217,40 @@ std::optional<SlicePattern> TeachRankZerosFirstSlices(SliceLearner& learner) {
 // slices fit rows 0/15..1/15 as well as the reader's own 0/16..1/16, and the
 // simpler is taken. The embedding's slice, 6 MiB, ends 330 KiB before 1/15's
 // end (its first pages were read around a neighbour before the reader came):
-// with the three, it narrows the pattern to the reader's own.
+// with the three, it narrows the pattern to the reader's own, in the learner
+// that learned it or in another (the reader of the process's next file)
+// given the three.
 TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnread) {
   constexpr uint64_t kFile = kRankZeroFile;
   const TensorSpan& mlp = kRankZeroMlp;
   const TensorSpan embed{64 << 20, (64 << 20) + 98304000, 3072};
   SliceLearner learner;
-  const std::optional<SlicePattern> learned = TeachRankZerosFirstSlices(learner);
+  const std::optional<LearnedPattern> learned = TeachRankZerosFirstSlices(learner);
   ASSERT_TRUE(learned.has_value());
-  ASSERT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << learned->ToString();
-  EXPECT_TRUE(learner.Taught(*learned));
+  const SlicePattern& wide = learned->pattern;
+  ASSERT_TRUE(wide.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.ToString();
+  EXPECT_EQ(learned->support.size(), 3u);
 
   const SliceObservation embedding{embed, embed.begin + 62456, embed.begin + 6222840, kFile};
   const SliceObservation mlp_again{mlp, mlp.begin, mlp.begin + 610296, kFile};
-  EXPECT_TRUE(learner.LeavesUnread(embedding, *learned));
-  EXPECT_FALSE(learner.LeavesUnread(mlp_again, *learned)) << "read past 1/15's end";
-  const std::optional<SlicePattern> narrowed = learner.Observe(embedding, &*learned);
+  EXPECT_TRUE(learner.LeavesUnread(embedding, wide));
+  EXPECT_FALSE(learner.LeavesUnread(mlp_again, wide)) << "read past 1/15's end";
+  const std::optional<LearnedPattern> narrowed = learner.Observe(embedding, &wide, learned->support);
   ASSERT_TRUE(narrowed.has_value());
-  EXPECT_TRUE(narrowed->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrowed->ToString();
-  EXPECT_TRUE(learner.Taught(*narrowed));
-  EXPECT_FALSE(learner.Taught(*learned));
+  EXPECT_TRUE(narrowed->pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
+      << narrowed->pattern.ToString();
+  EXPECT_EQ(narrowed->support.size(), 4u) << "the three and the embedding";
+
+  SliceLearner sibling;
+  const std::optional<LearnedPattern> by_sibling = sibling.Observe(embedding, &wide, learned->support);
+  ASSERT_TRUE(by_sibling.has_value());
+  EXPECT_TRUE(by_sibling->pattern.SameSlice(narrowed->pattern)) << by_sibling->pattern.ToString();
 
   // Alone, the embedding's slice teaches nothing: one tensor fits many
   // fractions.
   SliceLearner fresh;
   EXPECT_FALSE(fresh.Observe(embedding).has_value());
+  EXPECT_FALSE(fresh.Observe(embedding, &wide).has_value()) << "narrowing, without the pattern's support";
 }
 
 // The same reader's slice of a 7.5 MiB tensor in a file opened at 16 KiB, once
@@ -248,17 +263,19 @@ TEST(SlicePatternTest, ACopyThatTheKernelReadOnlyALittlePastNarrowsAPatternAtThe
   constexpr uint64_t kSliceFile = 16 << 10;
   const TensorSpan gate{48 << 20, (48 << 20) + 7864320, 3072};
   SliceLearner learner;
-  const std::optional<SlicePattern> learned = TeachRankZerosFirstSlices(learner);
+  const std::optional<LearnedPattern> learned = TeachRankZerosFirstSlices(learner);
   ASSERT_TRUE(learned.has_value());
-  ASSERT_TRUE(learned->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << learned->ToString();
+  const SlicePattern& wide = learned->pattern;
+  ASSERT_TRUE(wide.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.ToString();
 
   const SliceObservation copy{gate, gate.begin, gate.begin + 515456, kSliceFile};
-  ASSERT_TRUE(learner.LeavesUnread(copy, *learned));
-  const std::optional<SlicePattern> narrowed = learner.Observe(copy, &*learned);
+  ASSERT_TRUE(learner.LeavesUnread(copy, wide));
+  const std::optional<LearnedPattern> narrowed = learner.Observe(copy, &wide, learned->support);
   ASSERT_TRUE(narrowed.has_value());
-  EXPECT_TRUE(narrowed->SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrowed->ToString();
+  EXPECT_TRUE(narrowed->pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
+      << narrowed->pattern.ToString();
   // 0/16's own reader leaves none of its rows unread.
-  EXPECT_FALSE(learner.LeavesUnread(copy, *narrowed));
+  EXPECT_FALSE(learner.LeavesUnread(copy, narrowed->pattern));
 }
 
 // What a reader read of a tensor leaves a pattern's rows unread only when it
@@ -293,7 +310,7 @@ TEST(SlicePatternTest, WindowHoldsWhatTheKernelReadsAndLittleMore) {
   std::optional<SlicePattern> learned;
   std::vector<TensorSpan> tensors = Tensors();
   for (const TensorSpan& t : tensors) {
-    if (!learned) learned = learner.Observe(Observed(t, 3, 8));
+    if (!learned) learned = PatternOf(learner.Observe(Observed(t, 3, 8)));
   }
   ASSERT_TRUE(learned.has_value());
   for (const TensorSpan& t : tensors) {
