@@ -9,6 +9,27 @@
 #include <utility>
 
 namespace tensorfs {
+namespace {
+
+// The touch of `from`'s tensor nearest to it that lies past it (beginning
+// after its start and ending after its end) or, for `after` false, before it
+// (ending before its start); null if none.
+const AccessModel::Touch* NearestTouch(const AccessModel::Trail& access, const AccessModel::Touch& from,
+                                       bool after) {
+  const AccessModel::Touch* nearest = nullptr;
+  for (const AccessModel::Touch& x : access.touches) {
+    if (x.tensor != from.tensor || &x == &from) continue;
+    const bool beyond = after ? x.range.offset > from.range.offset && x.range.end() > from.range.end()
+                              : x.range.end() < from.range.offset;
+    const bool nearer = nearest == nullptr ||
+                        (after ? x.range.offset < nearest->range.offset : x.range.offset > nearest->range.offset);
+    if (beyond && nearer) nearest = &x;
+  }
+  return nearest;
+}
+
+}  // namespace
+
 AccessModel::AccessModel(const Tuning& tuning, std::optional<SlicePattern> shard)
     : tuning_(tuning), shard_(shard.has_value()) {
   if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, *shard});
@@ -133,25 +154,13 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
       const Touch* head = &*it;
-      const Touch* tail = nullptr;
-      for (const Touch& x : access.touches) {
-        if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.offset > it->range.offset &&
-            x.range.end() > it->range.end() && (tail == nullptr || x.range.offset < tail->range.offset)) {
-          tail = &x;
-        }
-      }
+      const Touch* tail = NearestTouch(access, *it, /*after=*/true);
       if (tail != nullptr && tail->range.length > std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
         tail = nullptr;
       }
       if (tail == nullptr && grew_down) {  // backward: this touch is the copy's last page
         tail = &*it;
-        head = nullptr;
-        for (const Touch& x : access.touches) {
-          if (x.tensor == static_cast<int>(k) && x.range.end() < it->range.offset &&
-              (head == nullptr || x.range.offset > head->range.offset)) {
-            head = &x;
-          }
-        }
+        head = NearestTouch(access, *it, /*after=*/false);
         if (head != nullptr && head->range.length > tuning_.copy_tail_max) head = nullptr;
       }
       // A later touch at a known slice reader's window is that reader's first
