@@ -281,7 +281,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // of 16 read as 0/15), and a larger tensor tells them apart. Such touches
     // teach the reader's learner, with the ones the pattern was learned from;
     // a narrower fraction they all fit replaces the pattern (only a learned
-    // one: -o shard's has no process and no learner taught it).
+    // one: no reader learned -o shard's).
     const bool own = known_by != patterns_.end() && known_by->reader.has_value() &&
                      (*known_by->reader == r.id || (r.process != 0 && r.process == known_by->process));
     const bool narrower = !spill && own && r.learner.LeavesUnread(o, known_by->pattern);

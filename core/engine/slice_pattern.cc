@@ -166,7 +166,7 @@ std::optional<LearnedPattern> SliceLearner::Observe(const SliceObservation& o, c
   auto spread = [within](uint64_t smallest, uint64_t largest) {
     return within != nullptr || 2 * largest >= 3 * smallest;
   };
-  // Remembered is one observation of a tensor's slice at one place, the latest.
+  // One observation is remembered per tensor and place where it begins, the latest.
   auto same_place = [](const SliceObservation& a, const SliceObservation& b) {
     return a.tensor.begin == b.tensor.begin && a.tensor.end == b.tensor.end && a.begin == b.begin;
   };
