@@ -32,7 +32,7 @@ const AccessModel::Touch* NearestTouch(const AccessModel::Trail& access, const A
 
 AccessModel::AccessModel(const Tuning& tuning, std::optional<SlicePattern> shard)
     : tuning_(tuning), shard_(shard.has_value()) {
-  if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, *shard});
+  if (shard) patterns_.push_back(ActivePattern{next_pattern_id_++, LearnedPattern{*shard, {}}});
 }
 
 const AccessModel::ActivePattern* AccessModel::Pattern(int id) const {
@@ -244,7 +244,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const bool spill = (touch.around_next || touch.spilled) && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const auto known_by = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-      const ByteRange w = WindowOf(plan, p.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);
+      const ByteRange w = WindowOf(plan, p.learned.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
     });
@@ -284,13 +284,12 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // one: no reader learned -o shard's).
     const bool own = known_by != patterns_.end() && known_by->reader.has_value() &&
                      (*known_by->reader == r.id || (r.process != 0 && r.process == known_by->process));
-    const bool narrower = !spill && own && r.learner.LeavesUnread(o, known_by->pattern);
+    const bool narrower = !spill && own && r.learner.LeavesUnread(o, known_by->learned.pattern);
     if ((!known || narrower) && !whole_reader && !scattered) {
       spdlog::debug("{}: a reader left tensor {} ({} bytes, rows of {}) having read {}..{} of it{}", name,
                     touch.tensor, o.tensor.size(), o.tensor.row_bytes, o.begin - o.tensor.begin,
                     o.end - o.tensor.begin, narrower ? ", less than the rows it is taken to read" : "");
-      std::optional<LearnedPattern> found =
-          narrower ? r.learner.Observe(o, &known_by->pattern, known_by->support) : r.learner.Observe(o);
+      std::optional<LearnedPattern> found = r.learner.Observe(o, narrower ? &known_by->learned : nullptr);
       if (found) Learned(name, std::move(*found), narrower ? known_by->id : -1, r, calls);
     }
     access.touches.erase(access.touches.begin() + static_cast<std::ptrdiff_t>(i));
@@ -301,7 +300,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   const uint64_t begin = std::max(range.offset, tensors[k].begin);
   const uint64_t end = std::min(range.end(), tensors[k].end);
   for (const ActivePattern& p : patterns_) {
-    const ByteRange w = WindowOf(plan, p.pattern, k, r.file_readahead);
+    const ByteRange w = WindowOf(plan, p.learned.pattern, k, r.file_readahead);
     if (begin < w.end() && end > w.offset) {
       answer.pattern = &p;
       return said(Mode::kSlice);
@@ -321,7 +320,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
     for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
-      if (IsNear(WindowOf(plan, p.pattern, j, r.file_readahead), range)) {
+      if (IsNear(WindowOf(plan, p.learned.pattern, j, r.file_readahead), range)) {
         answer.pattern = &p;
         return said(Mode::kNearSlice);
       }
@@ -333,22 +332,22 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
 void AccessModel::Learned(const std::string& name, LearnedPattern found, int narrowing, const Reader& reader,
                           std::vector<PlannerCall>* calls) {
   if (std::any_of(patterns_.begin(), patterns_.end(),
-                  [&](const ActivePattern& p) { return p.pattern.SameSlice(found.pattern); })) {
+                  [&](const ActivePattern& p) { return p.learned.pattern.SameSlice(found.pattern); })) {
     return;
   }
-  ActivePattern learned{next_pattern_id_++, found.pattern, reader.id, reader.process, std::move(found.support)};
+  ActivePattern active{next_pattern_id_++, std::move(found), reader.id, reader.process};
   const auto wider = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    return p.id == narrowing && p.pattern.Contains(learned.pattern);
+    return p.id == narrowing && p.learned.pattern.Contains(active.learned.pattern);
   });
   if (wider != patterns_.end()) {
-    spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, learned.pattern.ToString(),
-                 wider->pattern.ToString());
+    spdlog::info("{}: a reader takes {}, not {}: prefetching only those", name, active.learned.pattern.ToString(),
+                 wider->learned.pattern.ToString());
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = wider->id});
-    *wider = std::move(learned);
+    *wider = std::move(active);
     return;
   }
-  spdlog::info("{}: a reader takes {}: prefetching only those", name, learned.pattern.ToString());
-  patterns_.push_back(std::move(learned));
+  spdlog::info("{}: a reader takes {}: prefetching only those", name, active.learned.pattern.ToString());
+  patterns_.push_back(std::move(active));
   if (patterns_.size() > 8) {  // the oldest goes (-o shard's own stays first)
     const auto dropped = patterns_.begin() + (shard_ ? 1 : 0);
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
@@ -363,7 +362,7 @@ bool AccessModel::IsNear(ByteRange window, ByteRange range) const {
 bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range,
                                   uint64_t file_readahead) const {
   return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    return IsNear(WindowOf(plan, p.pattern, index, file_readahead), range);
+    return IsNear(WindowOf(plan, p.learned.pattern, index, file_readahead), range);
   });
 }
 
@@ -371,9 +370,9 @@ bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, Byte
                                        uint64_t file_readahead) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    if (!IsNear(WindowOf(plan, p.pattern, index, file_readahead), head)) return false;
+    if (!IsNear(WindowOf(plan, p.learned.pattern, index, file_readahead), head)) return false;
     for (size_t k = index + 1; k < tensors.size() && tensors[k].begin < tail.end() + tuning_.near_window; ++k) {
-      if (IsNear(WindowOf(plan, p.pattern, k, file_readahead), tail)) return true;
+      if (IsNear(WindowOf(plan, p.learned.pattern, k, file_readahead), tail)) return true;
     }
     return false;
   });

@@ -51,14 +51,15 @@ class AccessModel {
   };
   struct ActivePattern {
     int id = 0;
-    SlicePattern pattern;
+    // The pattern and the observations it was learned from (none for -o
+    // shard's, which is given).
+    LearnedPattern learned;
     // The reader that learned it (Reader::id) and that reader's process (0:
     // not known); no reader for -o shard's. That reader, or another of its
     // process (which reads its rows of every shard, a file each), may narrow
     // it, the observations it was learned from voting again.
     std::optional<uint64_t> reader;
     uint64_t process = 0;
-    std::vector<SliceObservation> support;
   };
   // A touched range of one tensor (absolute offsets), kept until the reader
   // has left it for Tuning::settle_reads reads, then taught to the learner.

@@ -92,7 +92,7 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
                                    plan.tensors()[static_cast<size_t>(k)].begin < e;
          ++k) {
-      const ByteRange w = model_.WindowOf(plan, kind.pattern->pattern, static_cast<size_t>(k), state.file_readahead);
+      const ByteRange w = model_.WindowOf(plan, kind.pattern->learned.pattern, static_cast<size_t>(k), state.file_readahead);
       if (w.end() <= b || w.offset >= e) continue;
       const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
       const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
@@ -165,10 +165,10 @@ void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
   while (sweep.visited < n && sweep.in_flight < options_.prefetch_window) {
     // One run of windows close together, cut at chunk boundaries.
     size_t k = (sweep.start + sweep.visited) % n;
-    ByteRange run = model_.WindowOf(plan, active->pattern, k, state.file_readahead);
+    ByteRange run = model_.WindowOf(plan, active->learned.pattern, k, state.file_readahead);
     size_t count = 1;
     while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
-      const ByteRange next = model_.WindowOf(plan, active->pattern, k + 1, state.file_readahead);
+      const ByteRange next = model_.WindowOf(plan, active->learned.pattern, k + 1, state.file_readahead);
       if (next.offset > run.end() + gap || next.end() - run.offset > options_.chunk_size) break;
       run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
       ++k;

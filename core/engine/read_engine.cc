@@ -281,7 +281,7 @@ std::shared_ptr<const ChunkPlan> ReadEngine::PlanOf(const ObjectId& object) {
 std::vector<SlicePattern> ReadEngine::SlicePatterns() {
   MutexLock lock(mu_);
   std::vector<SlicePattern> out;
-  for (const AccessModel::ActivePattern& p : model_.patterns()) out.push_back(p.pattern);
+  for (const AccessModel::ActivePattern& p : model_.patterns()) out.push_back(p.learned.pattern);
   return out;
 }
 
@@ -386,13 +386,13 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       if (reader->reads < reader->whole_until) {
         SetKind(r, ReadaheadPolicy::Kind::kWhole);
       } else if (mode == Mode::kSlice || mode == Mode::kNearSlice) {
-        if (pattern != nullptr) LearnSliceSize(state, pattern->pattern);
+        if (pattern != nullptr) LearnSliceSize(state, pattern->learned.pattern);
         SetKind(r, ReadaheadPolicy::Kind::kSlice);
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
-      LearnSliceSize(state, model_.patterns().front().pattern);  // before its windows are swept
+      LearnSliceSize(state, model_.patterns().front().learned.pattern);  // before its windows are swept
       planner_.StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming

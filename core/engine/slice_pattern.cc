@@ -157,9 +157,9 @@ bool SliceLearner::Informative(const SliceObservation& o) {
   return o.end - o.begin <= size - size / 8;
 }
 
-std::optional<LearnedPattern> SliceLearner::Observe(const SliceObservation& o, const SlicePattern* within,
-                                                     std::span<const SliceObservation> support) {
+std::optional<LearnedPattern> SliceLearner::Observe(const SliceObservation& o, const LearnedPattern* narrowing) {
   if (!Informative(o)) return std::nullopt;
+  const SlicePattern* within = narrowing != nullptr ? &narrowing->pattern : nullptr;
   // A fraction within a pattern its reader was taken to read, which
   // observations show narrower: the reader is known to read slices of about
   // that size, so tensors of one size agreeing are no readahead running on.
@@ -171,8 +171,8 @@ std::optional<LearnedPattern> SliceLearner::Observe(const SliceObservation& o, c
     return a.tensor.begin == b.tensor.begin && a.tensor.end == b.tensor.end && a.begin == b.begin;
   };
   // Narrowing a pattern: the observations it was learned from vote again.
-  if (within != nullptr) {
-    for (const SliceObservation& u : support) {
+  if (narrowing != nullptr) {
+    for (const SliceObservation& u : narrowing->support) {
       const bool known = std::any_of(recent_.begin(), recent_.end(),
                                      [&](const SliceObservation& r) { return same_place(r, u); });
       if (!known && recent_.size() + 1 < kRemembered) recent_.push_back(u);

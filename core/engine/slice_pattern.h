@@ -112,15 +112,13 @@ class SliceLearner {
 
   // Adds an observation. Returns the pattern it completes, if any: observations
   // of kMinSupport different tensors, of sizes at least 1.5x apart, that one
-  // fraction of rows explains. `within`: a pattern the reader was taken to
-  // read, which `o` leaves rows of unread (LeavesUnread), and `support` the
-  // observations it was learned from (LearnedPattern::support): they vote
-  // again (those this learner does not remember), only a narrower fraction
-  // within it is looked for, of tensors of any sizes, and taken where the
-  // kernel's margins (KernelMargins) explain most of its slices.
-  // Observations explained by a pattern returned are used up.
-  std::optional<LearnedPattern> Observe(const SliceObservation& o, const SlicePattern* within = nullptr,
-                                        std::span<const SliceObservation> support = {});
+  // fraction of rows explains. `narrowing`: a pattern the reader was taken to
+  // read, which `o` leaves rows of unread (LeavesUnread): the observations it
+  // was learned from vote again (those this learner does not remember), only
+  // a narrower fraction within it is looked for, of tensors of any sizes, and
+  // taken where the kernel's margins (KernelMargins) explain most of its
+  // slices. Observations explained by a pattern returned are used up.
+  std::optional<LearnedPattern> Observe(const SliceObservation& o, const LearnedPattern* narrowing = nullptr);
   // Whether the reader of `o` left rows of `p`'s core in `o`'s tensor
   // unread (its own slice is narrower): more than two rows and a page of it
   // before the first byte it had the kernel read there, or past the last

@@ -171,13 +171,13 @@ TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) 
     if (!model_.patterns().empty()) learned_at = i + 1;
   }
   ASSERT_NE(learned_at, 0u) << "no pattern after 16 tensors";
-  EXPECT_TRUE(model_.patterns()[0].pattern.SameSlice(SlicePattern::Shard(1, 4)))
-      << model_.patterns()[0].pattern.ToString();
+  EXPECT_TRUE(model_.patterns()[0].learned.pattern.SameSlice(SlicePattern::Shard(1, 4)))
+      << model_.patterns()[0].learned.pattern.ToString();
   const AccessModel::Answer inside = Read(r, ByteRange{Rows(20, 1, 4).offset + kRead, kRead});
   EXPECT_EQ(inside.mode, AccessModel::Mode::kSlice);
   ASSERT_NE(inside.pattern, nullptr);
-  EXPECT_EQ(model_.WindowOf(plan_, inside.pattern->pattern, 20).offset,
-            Rows(20, 1, 4).offset - inside.pattern->pattern.before);
+  EXPECT_EQ(model_.WindowOf(plan_, inside.pattern->learned.pattern, 20).offset,
+            Rows(20, 1, 4).offset - inside.pattern->learned.pattern.before);
   EXPECT_NE(Read(r, ByteRange{Rows(21, 3, 4).offset + kRead, kRead}).mode, AccessModel::Mode::kSlice)
       << "another rank's rows";
   // Another reader, reading whole tensors, is not taken for a slice reader.
@@ -204,8 +204,8 @@ TEST_F(AccessModelTest, SlicesAtATensorsEdgeAreLearnedAndTheReadsAcrossItAreNot)
       }
     }
     ASSERT_EQ(model.patterns().size(), 1u) << "rank " << rank;
-    EXPECT_TRUE(model.patterns()[0].pattern.SameSlice(SlicePattern::Shard(rank, 8)))
-        << "rank " << rank << ": " << model.patterns()[0].pattern.ToString();
+    EXPECT_TRUE(model.patterns()[0].learned.pattern.SameSlice(SlicePattern::Shard(rank, 8)))
+        << "rank " << rank << ": " << model.patterns()[0].learned.pattern.ToString();
   }
 }
 
@@ -224,9 +224,9 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
   TeachZeroOfFifteen(model, plan, r, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern wide = model.patterns()[0];
-  ASSERT_TRUE(wide.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.pattern.ToString();
+  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.learned.pattern.ToString();
   EXPECT_EQ(wide.process, 41u);
-  EXPECT_FALSE(wide.support.empty());
+  EXPECT_FALSE(wide.learned.support.empty());
 
   // They read the same rows, as r will.
   for (const uint64_t process : {uint64_t{0}, uint64_t{42}}) {
@@ -239,8 +239,8 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
 
   ReadRankZero(model, plan, r, 3, 62456, 6222840, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
-  EXPECT_TRUE(model.patterns()[0].pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
-      << model.patterns()[0].pattern.ToString();
+  EXPECT_TRUE(model.patterns()[0].learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
+      << model.patterns()[0].learned.pattern.ToString();
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kPatternDropped);
   EXPECT_EQ(calls[0].pattern_id, wide.id);
@@ -264,13 +264,13 @@ TEST_F(AccessModelTest, AReaderOfAnotherFileOfTheSameProcessNarrowsItsPattern) {
   TeachZeroOfFifteen(model, first, r, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern wide = model.patterns()[0];
-  ASSERT_TRUE(wide.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.pattern.ToString();
+  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.learned.pattern.ToString();
 
   ReaderState sibling{.process = 41};
   ReadRankZero(model, next, sibling, 3, 62456, 6222840, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern narrow = model.patterns()[0];
-  EXPECT_TRUE(narrow.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrow.pattern.ToString();
+  EXPECT_TRUE(narrow.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrow.learned.pattern.ToString();
   EXPECT_EQ(narrow.process, 41u);
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kPatternDropped);

@@ -235,14 +235,14 @@ TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnre
   const SliceObservation mlp_again{mlp, mlp.begin, mlp.begin + 610296, kFile};
   EXPECT_TRUE(learner.LeavesUnread(embedding, wide));
   EXPECT_FALSE(learner.LeavesUnread(mlp_again, wide)) << "read past 1/15's end";
-  const std::optional<LearnedPattern> narrowed = learner.Observe(embedding, &wide, learned->support);
+  const std::optional<LearnedPattern> narrowed = learner.Observe(embedding, &*learned);
   ASSERT_TRUE(narrowed.has_value());
   EXPECT_TRUE(narrowed->pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
       << narrowed->pattern.ToString();
   EXPECT_EQ(narrowed->support.size(), 4u) << "the three and the embedding";
 
   SliceLearner sibling;
-  const std::optional<LearnedPattern> by_sibling = sibling.Observe(embedding, &wide, learned->support);
+  const std::optional<LearnedPattern> by_sibling = sibling.Observe(embedding, &*learned);
   ASSERT_TRUE(by_sibling.has_value());
   EXPECT_TRUE(by_sibling->pattern.SameSlice(narrowed->pattern)) << by_sibling->pattern.ToString();
 
@@ -250,7 +250,8 @@ TEST(SlicePatternTest, ALearnedPatternIsNarrowedByATensorItsReaderLeftPartlyUnre
   // fractions.
   SliceLearner fresh;
   EXPECT_FALSE(fresh.Observe(embedding).has_value());
-  EXPECT_FALSE(fresh.Observe(embedding, &wide).has_value()) << "narrowing, without the pattern's support";
+  const LearnedPattern unsupported{wide, {}};
+  EXPECT_FALSE(fresh.Observe(embedding, &unsupported).has_value()) << "narrowing, without the pattern's support";
 }
 
 // The same reader's slice of a 7.5 MiB tensor in a file opened at 16 KiB, once
@@ -270,7 +271,7 @@ TEST(SlicePatternTest, ACopyThatTheKernelReadOnlyALittlePastNarrowsAPatternAtThe
 
   const SliceObservation copy{gate, gate.begin, gate.begin + 515456, kSliceFile};
   ASSERT_TRUE(learner.LeavesUnread(copy, wide));
-  const std::optional<LearnedPattern> narrowed = learner.Observe(copy, &wide, learned->support);
+  const std::optional<LearnedPattern> narrowed = learner.Observe(copy, &*learned);
   ASSERT_TRUE(narrowed.has_value());
   EXPECT_TRUE(narrowed->pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
       << narrowed->pattern.ToString();
