@@ -44,6 +44,7 @@ namespace tensorfs {
 // Thread-safety: none of its own (FetchScheduler's lock).
 class PrefetchBudget {
  public:
+  PrefetchBudget() = default;  // no floor, no horizon: bounded prefetch runs one at a time
   PrefetchBudget(uint64_t floor, std::chrono::nanoseconds horizon) : floor_(floor), horizon_(horizon) {}
 
   // Whether a bounded prefetch may start at `now`: none runs, or their bytes
@@ -74,8 +75,8 @@ class PrefetchBudget {
     }
   }
 
-  uint64_t floor_;
-  std::chrono::nanoseconds horizon_;
+  uint64_t floor_ = 0;
+  std::chrono::nanoseconds horizon_{0};
   uint64_t running_ = 0;  // bytes of the bounded prefetches running
   std::deque<std::pair<Clock::TimePoint, uint64_t>> delivered_;  // when each job ended, what it delivered
   uint64_t delivered_sum_ = 0;
@@ -106,7 +107,7 @@ class FetchScheduler {
     bound_ = std::move(bound);
     {
       MutexLock lock(mu_);
-      budget_.emplace(bound_.floor, bound_.horizon);
+      budget_ = PrefetchBudget(bound_.floor, bound_.horizon);
     }
     for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
   }
@@ -171,21 +172,21 @@ class FetchScheduler {
         // A job is taken as soon as one may start (the wait's test takes it).
         cv_.Wait(mu_, [&]() REQUIRES(mu_) {
           if (stopping_) return true;
-          const bool within_bound = budget_->MayStart(bound_.clock->Now());
+          const bool within_bound = budget_.MayStart(bound_.clock->Now());
           job = queues_.Pop([&](const Job& j) { return within_bound || bound_.bytes_of(j) == 0; }, &prefetch);
           return job.has_value();
         });
         if (stopping_) return;
         // A demand job (among them prefetches a read came to wait for) is not bounded.
         if (prefetch) bounded = bound_.bytes_of(*job);
-        budget_->Started(bounded);
+        budget_.Started(bounded);
         ++running_;
       }
       const uint64_t delivered = run_(*job);
       bool queued = false;
       {
         MutexLock lock(mu_);
-        budget_->Finished(bounded, delivered, bound_.clock->Now());
+        budget_.Finished(bounded, delivered, bound_.clock->Now());
         --running_;
         queued = !queues_.empty();
       }
@@ -199,7 +200,7 @@ class FetchScheduler {
   FetchQueues<Job> queues_ GUARDED_BY(mu_);
   int running_ GUARDED_BY(mu_) = 0;  // taken from a queue, `run` not returned
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::optional<PrefetchBudget> budget_ GUARDED_BY(mu_);  // made in Start
+  PrefetchBudget budget_ GUARDED_BY(mu_);  // set in Start
   std::function<uint64_t(const Job&)> run_;  // set before the workers start
   PrefetchBound bound_;                      // set before the workers start
   std::vector<std::thread> workers_;
