@@ -92,7 +92,8 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     for (int k = plan.TensorAt(b); k >= 0 && static_cast<size_t>(k) < plan.tensors().size() &&
                                    plan.tensors()[static_cast<size_t>(k)].begin < e;
          ++k) {
-      const ByteRange w = model_.WindowOf(plan, kind.pattern->learned.pattern, static_cast<size_t>(k), state.file_readahead);
+      const ByteRange w =
+          model_.WindowOf(plan, kind.pattern->learned.pattern, static_cast<size_t>(k), state.file_readahead);
       if (w.end() <= b || w.offset >= e) continue;
       const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
       const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());

@@ -224,7 +224,8 @@ TEST_F(AccessModelTest, AReaderThatLeavesRowsOfItsLearnedPatternUnreadNarrowsIt)
   TeachZeroOfFifteen(model, plan, r, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern wide = model.patterns()[0];
-  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.learned.pattern.ToString();
+  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15}))
+      << wide.learned.pattern.ToString();
   EXPECT_EQ(wide.process, 41u);
   EXPECT_FALSE(wide.learned.support.empty());
 
@@ -264,13 +265,15 @@ TEST_F(AccessModelTest, AReaderOfAnotherFileOfTheSameProcessNarrowsItsPattern) {
   TeachZeroOfFifteen(model, first, r, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern wide = model.patterns()[0];
-  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15})) << wide.learned.pattern.ToString();
+  ASSERT_TRUE(wide.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 15}))
+      << wide.learned.pattern.ToString();
 
   ReaderState sibling{.process = 41};
   ReadRankZero(model, next, sibling, 3, 62456, 6222840, &calls);
   ASSERT_EQ(model.patterns().size(), 1u);
   const AccessModel::ActivePattern narrow = model.patterns()[0];
-  EXPECT_TRUE(narrow.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16})) << narrow.learned.pattern.ToString();
+  EXPECT_TRUE(narrow.learned.pattern.SameSlice(SlicePattern{.lo_num = 0, .hi_num = 1, .den = 16}))
+      << narrow.learned.pattern.ToString();
   EXPECT_EQ(narrow.process, 41u);
   ASSERT_EQ(calls.size(), 1u);
   EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kPatternDropped);
