@@ -187,12 +187,17 @@ int Main(int argc, char** argv) {
     const int rc = app.exit(e);  // --help is a "success" ParseError
     return rc == 0 ? 0 : static_cast<int>(ExitStatus::kUsage);
   }
-  if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
+  // What the subcommands log goes to stderr: their stdout is the report (JSON with --json).
+  if (stats->parsed()) {
+    SetUpLogging("info");
+    return RunStats(stats_mountpoint, stats_json);
+  }
   if (handoff->parsed()) {
     SetUpLogging("info");
     return RunHandoff(handoff_dir, std::chrono::seconds(handoff_wait_s));
   }
   if (inspect->parsed()) {
+    SetUpLogging("info");
     for (const std::string& list : inspect_o_lists) {
       if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
     }

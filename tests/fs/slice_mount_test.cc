@@ -24,21 +24,25 @@ using testing::RunCommand;
 using testing::TempDir;
 using testing::TensorfsMount;
 
-nlohmann::json Stats(const std::string& mountpoint) {
-  auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
+nlohmann::json Stats(const std::string& mountpoint) { return testing::MountStats(mountpoint); }
+
+// Waits until no fetch is in flight: every byte the reads made it fetch is counted.
+::testing::AssertionResult Settled(const std::string& mountpoint) {
+  return testing::WaitUntil([&] { return Stats(mountpoint)["fetches_in_flight"] == 0; },
+                            "the fetches in flight to end");
 }
 
 class SliceCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // bf16, hidden 1024: tensors of 2 to 16 MiB, about 75 MiB in 2 shards.
-    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 1024, .intermediate = 2816,
-                            .vocab = 8192, .dtype = Dtype::BF16};
-    auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = source_.path() + "/m"});
-    ASSERT_TRUE(written.ok()) << written.status().ToString();
-    for (const auto& entry : fsys::directory_iterator(source_.path() + "/m")) {
+    source_ = testing::SharedData("slice_mount_test/llama-4x1024-2shards", [](const std::string& dir) {
+      // bf16, hidden 1024: tensors of 2 to 16 MiB, about 75 MiB in 2 shards.
+      testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 1024, .intermediate = 2816,
+                              .vocab = 8192, .dtype = Dtype::BF16};
+      auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = dir + "/m"});
+      ASSERT_TRUE(written.ok()) << written.status().ToString();
+    });
+    for (const auto& entry : fsys::directory_iterator(source_ + "/m")) {
       if (entry.path().extension() == ".safetensors") {
         shards_.push_back(entry.path().filename().string());
         total_ += entry.file_size();
@@ -51,7 +55,7 @@ class SliceCheckpointTest : public ::testing::Test {
   uint64_t ReadSlices(const std::string& mountpoint, int rank, int world, const std::string& order) {
     std::string cmd = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/slice_reader.py --rank " +
                       std::to_string(rank) + " --world " + std::to_string(world) + " --order " + order +
-                      " --compare " + source_.path() + "/m";
+                      " --compare " + source_ + "/m";
     for (const std::string& s : shards_) cmd += " " + mountpoint + "/m/" + s;
     auto result = RunCommand(cmd);
     EXPECT_EQ(result.exit_code, 0) << result.output;
@@ -59,7 +63,7 @@ class SliceCheckpointTest : public ::testing::Test {
     return out.is_discarded() ? 0 : out["needed"].get<uint64_t>();
   }
 
-  TempDir source_;
+  std::string source_;  // shared, read-only
   std::vector<std::string> shards_;
   uint64_t total_ = 0;
 };
@@ -68,13 +72,11 @@ class SliceMountTest : public SliceCheckpointTest, public ::testing::WithParamIn
 
 TEST_P(SliceMountTest, SliceReaderFetchesItsSliceNotTheCheckpoint) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   const uint64_t needed = ReadSlices(mount->path(), 1, 4, GetParam());
   ASSERT_GT(needed, total_ / 5);
-  for (int i = 0; i < 300 && Stats(mount->path())["fetches_in_flight"] != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(Settled(mount->path()));
   const uint64_t fetched = Stats(mount->path())["bytes_fetched"].get<uint64_t>();
   std::printf("rank 1 of 4, %s order: needed %llu, fetched %llu (%.3fx), checkpoint %llu\n", GetParam().c_str(),
               static_cast<unsigned long long>(needed), static_cast<unsigned long long>(fetched),
@@ -88,12 +90,10 @@ TEST_P(SliceMountTest, SliceReaderFetchesItsSliceNotTheCheckpoint) {
 
 TEST_P(SliceMountTest, ShardOptionFetchesItsSliceFromTheStart) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none,shard=2/4"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none,shard=2/4"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   const uint64_t needed = ReadSlices(mount->path(), 2, 4, GetParam());
-  for (int i = 0; i < 300 && Stats(mount->path())["fetches_in_flight"] != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  ASSERT_TRUE(Settled(mount->path()));
   const uint64_t fetched = Stats(mount->path())["bytes_fetched"].get<uint64_t>();
   std::printf("shard=2/4, %s order: needed %llu, fetched %llu (%.3fx)\n", GetParam().c_str(),
               static_cast<unsigned long long>(needed), static_cast<unsigned long long>(fetched),
@@ -137,7 +137,7 @@ constexpr uint64_t kHeaderReads = 2;
 // slice.
 TEST_F(SliceCheckpointTest, LearnedSliceReaderGetsTheSliceReadaheadForItsNextFiles) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   EXPECT_EQ(ReadAheadKib(mount->path()), 128) << "the kernel's default while nothing is known";
   ASSERT_EQ(shards_.size(), 2u);
@@ -159,7 +159,7 @@ TEST_F(SliceCheckpointTest, LearnedSliceReaderGetsTheSliceReadaheadForItsNextFil
 // known get the whole readahead, read in requests of up to 1 MiB.
 TEST_F(SliceCheckpointTest, WholeReaderGetsTheWholeReadaheadForItsNextFiles) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   const std::vector<std::string> all = shards_;
   shards_ = {all[0]};
@@ -182,7 +182,7 @@ TEST_F(SliceCheckpointTest, WholeReaderGetsTheWholeReadaheadForItsNextFiles) {
 // readahead from the start.
 TEST_F(SliceCheckpointTest, ShardOptionGivesTheSliceReadaheadFromTheStart) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none,shard=1/4"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none,shard=1/4"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   EXPECT_EQ(ReadAheadKib(mount->path()), 32);
   ASSERT_GT(ReadSlices(mount->path(), 1, 4, "storage"), 0u);
@@ -194,7 +194,7 @@ TEST_F(SliceCheckpointTest, ShardOptionGivesTheSliceReadaheadFromTheStart) {
 // -o read_ahead= is the user's: it stays whatever the readers do.
 TEST_F(SliceCheckpointTest, ReadAheadGivenStaysWhateverTheReaders) {
   std::string error;
-  auto mount = TensorfsMount::Start(source_.path(), {"-o", "views=none,read_ahead=256K"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none,read_ahead=256K"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   EXPECT_EQ(ReadAheadKib(mount->path()), 256);
   ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);

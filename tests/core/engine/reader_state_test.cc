@@ -11,6 +11,7 @@
 
 #include "core/engine/read_engine.h"
 #include "tests/core/engine/single_shard_checkpoint.h"
+#include "tests/support/test_util.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
@@ -292,7 +293,7 @@ TEST_F(ReadaheadSinkTest, ShardSweepsTheWindowsOfTheReadaheadTheirFilesGet) {
   ReadEngine engine(store, o, metrics_);
   engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{100}, ByteRange{0, 8}});  // the header
-  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   EXPECT_EQ(applied_, (std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault, ReadaheadPolicy::kSliceSmallDefault}))
       << "the slices' size known from the first file's header on";
   const std::shared_ptr<const ChunkPlan> plan = engine.PlanOf(checkpoint_.shard.id());
@@ -397,7 +398,7 @@ TEST_F(ReaderStateTest, FirstRanksNextWindowAfterTheHeaderIsNoCopyOfTheTensorBef
   const ReaderId reader{200};
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.begin - kRead / 2, kRead}});
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.end - kRead / 2, kRead}});
-  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   // Past rank 0's window and its margins, short of the read at the end (its
   // pieces start at a page).
   const uint64_t beyond = t.begin + t.size() / kWorld + (512 << 10);
@@ -490,14 +491,8 @@ TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWhole
       ASSERT_FALSE(HasFatalFailure());
     }
   }
-  // Wait for the prefetches to settle.
-  size_t seen = store.reads().size();
-  for (int quiet = 0; quiet < 10;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const size_t now = store.reads().size();
-    quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
-    seen = now;
-  }
+  // The prefetches settle: nothing queued or running (no read comes now to start more).
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the prefetches to settle"));
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   // Each reader read 1 MiB and is read ahead by its window (1 MiB): about
@@ -615,7 +610,7 @@ TEST_F(ReaderStateTest, WindowsOfANarrowedPatternStillQueuedAreNotFetched) {
     ~ReleaseAtEnd() { store.ReleaseAll(); }
   } release_at_end{store};
   auto idle = [&] {
-    while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   };
   Read(engine, file, source, KernelRead{ReaderId{9}, ByteRange{0, 8}});
   const std::vector<TensorSpan> t = engine.PlanOf(file.id())->tensors();
