@@ -74,8 +74,8 @@
 //
 // State is bounded: objects' state (and their cached extents) past
 // Tuning::max_objects idle ones, readers' past Tuning::max_readers (and at
-// ReleaseReader), extents by the cache's budget, slice sweeps with the
-// patterns they belong to.
+// ReleaseReader), processes' kinds past ReadaheadPolicy::kProcesses, extents
+// by the cache's budget, slice sweeps with the patterns they belong to.
 //
 // A broken invariant on the read path (cache entries that do not tile a read)
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted
