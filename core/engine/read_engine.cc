@@ -166,24 +166,30 @@ void ReadEngine::ReleaseReader(ReaderId reader) {
 
 void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
   if (r.kind == kind) return;
+  const uint64_t was = readahead_.WantedFor(r.process, /*shard=*/false);
   readahead_.Change(r.process, r.kind, kind);
   r.kind = kind;
-  TakeWanted(kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
+  TakeWanted(r.process, was, kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
 }
 
 void ReadEngine::LearnSliceSize(const ObjectState& state, const SlicePattern& pattern, uint64_t process) {
   // The first file a process's slice reader reads tells how large its slices are.
   if (readahead_.slice_size_known(process)) return;
+  const uint64_t was = readahead_.WantedFor(process, /*shard=*/false);
   const uint64_t mean = pattern.MeanCore(state.plan->tensors());
   readahead_.SetSliceSize(process, mean);
   spdlog::debug("{}: the slices of {} average {} KiB", state.info.name, pattern.ToString(), mean >> 10);
-  TakeWanted("slice readers, small slices");
+  TakeWanted(process, was, "slice readers, small slices");
 }
 
-void ReadEngine::TakeWanted(const char* why) {
+void ReadEngine::TakeWanted(uint64_t process, uint64_t was, const char* why) {
+  if (const uint64_t now = readahead_.WantedFor(process, /*shard=*/false); now != was && was != 0) {
+    spdlog::info("files {} opens from now on get a readahead of {} KiB ({})",
+                 process != 0 ? "process " + std::to_string(process) : std::string("a process not known"),
+                 now >> 10, why);
+  }
   const uint64_t wanted = readahead_.Wanted();
   if (wanted == readahead_wanted_) return;
-  if (readahead_wanted_ != 0) spdlog::info("files opened from now on get a readahead of {} KiB ({})", wanted >> 10, why);
   readahead_wanted_ = wanted;
   model_.SetReadahead(wanted);
   readahead_changed_.store(true, std::memory_order_relaxed);

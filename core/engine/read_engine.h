@@ -332,9 +332,11 @@ class ReadEngine final : private FetchPlanner::Host {
   void Inconsistent(const std::string& what);
   // Tells the readahead policy that `r` is now of `kind`.
   void SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) REQUIRES(mu_);
-  // Takes the policy's value now (after a reader's kind or the slices' size
-  // changed): the access model's windows, and the sink's next value.
-  void TakeWanted(const char* why) REQUIRES(mu_);
+  // Takes the policy's values now (after a reader's kind or the slices' size
+  // changed): logs the value of `process`'s next files where it is no longer
+  // `was`, and takes the mount's (ReadaheadPolicy::Wanted) for the access
+  // model's windows and the sink's next value.
+  void TakeWanted(uint64_t process, uint64_t was, const char* why) REQUIRES(mu_);
   // Tells the policy the size of `pattern`'s slices in `state` (a plan
   // known), read by a reader of `process`, if not told yet.
   void LearnSliceSize(const ObjectState& state, const SlicePattern& pattern, uint64_t process) REQUIRES(mu_);
