@@ -161,15 +161,15 @@ struct FuseHandlers {
 
   static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
-    Status status = Ns(req).Open(NodeId{ino});
-    if (!status.ok()) return ReplyError(req, status);
-    fi->keep_cache = 1;  // objects are immutable for the mount's life
-    fi->noflush = 1;
     FuseServer& server = Server(req);
     // The engine tells readers apart by the handle, and groups them by the
     // process that opened them (the request names the opening thread).
     const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
                           ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
+    Status status = Ns(req).Open(NodeId{ino}, reader);
+    if (!status.ok()) return ReplyError(req, status);
+    fi->keep_cache = 1;  // objects are immutable for the mount's life
+    fi->noflush = 1;
     auto handle = std::make_unique<ReaderId>(reader);  // an open file's handle: the reader its reads are for
     fi->fh = reinterpret_cast<uint64_t>(handle.get());
     // The kernel gives the file the mount's readahead once this reply is in.
