@@ -36,11 +36,7 @@ using testing::TensorfsMount;
 constexpr int kRank = 1;
 constexpr int kWorld = 4;
 
-nlohmann::json Stats(const std::string& mountpoint) {
-  auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  return nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
-}
+nlohmann::json Stats(const std::string& mountpoint) { return testing::MountStats(mountpoint); }
 
 // Which reader starts first: one after the other (the second once the first
 // is done: a loader known to read whole tensors, a host whose slice is
@@ -65,36 +61,35 @@ class MixedReadersMountTest : public ::testing::TestWithParam<Start> {
   // gs://mixed: whole/ (llama-shaped) and slice/ (qwen2-shaped), bf16, hidden
   // 512: tensors of 0.5 to 4 MiB, about 21 MiB each in 2 shards.
   static void SetUpTestSuite() {
-    data_ = new TempDir();
-    for (const auto& [dir, arch] : {std::pair<std::string, testing::Arch>{"whole", testing::Arch::kLlama},
-                                    {"slice", testing::Arch::kQwen2}}) {
-      testing::ModelSpec spec{.arch = arch, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 4096,
-                              .dtype = Dtype::BF16};
-      auto written = testing::WriteCheckpoint(
-          spec, {.num_shards = 2, .dir = data_->path() + "/mixed/" + dir, .write_extra_files = false});
-      ASSERT_TRUE(written.ok()) << written.status().ToString();
-    }
+    data_ = testing::SharedData("mixed_readers_mount_test/llama-qwen2-2x512", [](const std::string& dir) {
+      for (const auto& [name, arch] : {std::pair<std::string, testing::Arch>{"whole", testing::Arch::kLlama},
+                                       {"slice", testing::Arch::kQwen2}}) {
+        testing::ModelSpec spec{.arch = arch, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 4096,
+                                .dtype = Dtype::BF16};
+        auto written = testing::WriteCheckpoint(
+            spec, {.num_shards = 2, .dir = dir + "/mixed/" + name, .write_extra_files = false});
+        ASSERT_TRUE(written.ok()) << written.status().ToString();
+      }
+    });
     std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path()}, &error).release();
+    server_ = GcsTestServer::Start({.data_dir = data_}, &error).release();
     ASSERT_NE(server_, nullptr) << error;
   }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
-    delete data_;
-    data_ = nullptr;
   }
 
   // The bytes of checkpoint `dir`'s files (what a loader of it reads).
   static uint64_t Bytes(const std::string& dir) {
     uint64_t bytes = 0;
-    for (const auto& entry : fsys::directory_iterator(data_->path() + "/mixed/" + dir)) bytes += entry.file_size();
+    for (const auto& entry : fsys::directory_iterator(data_ + "/mixed/" + dir)) bytes += entry.file_size();
     return bytes;
   }
   // The shards of checkpoint `dir`, under `root`, in order.
   static std::vector<std::string> Shards(const std::string& root, const std::string& dir) {
     std::vector<std::string> out;
-    for (const auto& entry : fsys::directory_iterator(data_->path() + "/mixed/" + dir)) {
+    for (const auto& entry : fsys::directory_iterator(data_ + "/mixed/" + dir)) {
       if (entry.path().extension() == ".safetensors") out.push_back(root + "/" + dir + "/" + entry.path().filename().string());
     }
     std::sort(out.begin(), out.end());
@@ -110,12 +105,9 @@ class MixedReadersMountTest : public ::testing::TestWithParam<Start> {
     return last;
   }
 
-  static TempDir* data_;
-  static GcsTestServer* server_;
+  inline static std::string data_;  // shared, read-only
+  inline static GcsTestServer* server_ = nullptr;
 };
-
-TempDir* MixedReadersMountTest::data_ = nullptr;
-GcsTestServer* MixedReadersMountTest::server_ = nullptr;
 
 TEST_P(MixedReadersMountTest, EachReaderFetchesWhatItNeeds) {
   std::string error;
@@ -128,9 +120,9 @@ TEST_P(MixedReadersMountTest, EachReaderFetchesWhatItNeeds) {
   ASSERT_EQ(host_files.size(), 2u);
   // The loader checks every tensor against the source, the host its slices.
   const std::string loader = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " +
-                             mount->path() + "/whole --compare " + data_->path() + "/mixed/whole > /dev/null";
+                             mount->path() + "/whole --compare " + data_ + "/mixed/whole > /dev/null";
   std::string host = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/slice_reader.py --rank " +
-                     std::to_string(kRank) + " --world " + std::to_string(kWorld) + " --compare " + data_->path() +
+                     std::to_string(kRank) + " --world " + std::to_string(kWorld) + " --compare " + data_ +
                      "/mixed/slice";
   for (const std::string& f : host_files) host += " " + f;
   std::string command;
@@ -152,14 +144,10 @@ TEST_P(MixedReadersMountTest, EachReaderFetchesWhatItNeeds) {
   const uint64_t host_needed = out["needed"].get<uint64_t>();
   ASSERT_GT(host_needed, slice_bytes / (2 * kWorld));
   // The prefetches still in flight count too; the wait only catches a hang.
-  nlohmann::json stats = Stats(mount->path());
-  for (const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-       stats.is_object() && stats["fetches_in_flight"] != 0 && std::chrono::steady_clock::now() < deadline;
-       stats = Stats(mount->path())) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ASSERT_TRUE(stats.is_object() && stats["fetches_in_flight"] == 0) << "fetches still running after 60 s: "
-                                                                    << stats.dump();
+  nlohmann::json stats;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] { return (stats = Stats(mount->path())).is_object() && stats["fetches_in_flight"] == 0; },
+      "the fetches in flight to end"));
   const uint64_t needed = whole_bytes + host_needed;
   const uint64_t fetched = stats["bytes_fetched"].get<uint64_t>();
   std::printf("%s: needed %llu (whole/ %llu, slice %llu of %llu), fetched %llu (%.3fx)\n", Name(GetParam()).c_str(),
