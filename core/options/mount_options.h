@@ -37,6 +37,12 @@ struct MountOptions {
   // FuseQueueLimits).
   int max_background = 0;
   int congestion_threshold = 0;
+  // What the mount reports as every node's owner and permission bits (the
+  // kernel checks them: default_permissions). nullopt: the user tensorfs runs as.
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  uint32_t file_mode = 0444;
+  uint32_t dir_mode = 0555;
   double attr_timeout_s = 3600;   // kernel attribute cache lifetime
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
