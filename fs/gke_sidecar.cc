@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/options/memory_limit.h"
 #include "core/options/mount_options.h"
 #include "core/util/thread_annotations.h"
 #include "fs/exit_status.h"
@@ -160,7 +161,7 @@ class Volumes {
 };
 
 // One volume, on its own thread: receive, serve, report.
-void ServeVolume(const std::string& socket, Volumes& volumes) {
+void ServeVolume(const std::string& socket, size_t volume_count, Volumes& volumes) {
   const std::filesystem::path dir = std::filesystem::path(socket).parent_path();
   const std::string volume = dir.filename().string();
   const std::string error_file = (dir / "error").string();
@@ -175,13 +176,19 @@ void ServeVolume(const std::string& socket, Volumes& volumes) {
   }
   StatusOr<GkeMount> mount = [&]() -> StatusOr<GkeMount> {
     ASSIGN_OR_RETURN(GkeVolumeMessage message, ParseGkeMessage(received->bytes));
-    return TranslateGkeVolume(message);
+    ASSIGN_OR_RETURN(GkeMount translated, TranslateGkeVolume(message));
+    RETURN_IF_ERROR(ShareMemoryLimit(translated, FindCgroupMemoryLimit(), volume_count));
+    return translated;
   }();
   if (!mount.ok()) {
     ::close(received->fd);
     return ReportError(error_file, volume, mount.status().message());
   }
-  for (const std::string& line : mount->ignored) spdlog::info("[{}] {}", volume, line);
+  for (const std::string& line : mount->notes) spdlog::info("[{}] {}", volume, line);
+  if (mount->metrics) {
+    const std::string socket_option = "prometheus_socket=" + (dir / "metrics.sock").string();
+    mount->options += (mount->options.empty() ? "" : ",") + OptionListItem(socket_option);
+  }
   // What an earlier run reported is not about this mount.
   if (::unlink(error_file.c_str()) != 0 && errno != ENOENT) {
     spdlog::warn("[{}] cannot delete the stale {}: {}", volume, error_file, std::strerror(errno));
@@ -296,12 +303,14 @@ StatusOr<GkeMount> TranslateGkeVolume(const GkeVolumeMessage& message) {
       const size_t first = value.find_first_not_of('/');
       const size_t last = value.find_last_not_of('/');
       prefix = first == std::string::npos ? "" : value.substr(first, last - first + 1);
+    } else if (key.starts_with("disable-metrics-for-gke:")) {
+      mount.metrics = key != "disable-metrics-for-gke:true";
     } else if (key == "uid" || key == "gid") {
       items.push_back(key + "=" + value);
     } else if (key == "file-mode" || key == "dir-mode") {
       items.push_back((key == "file-mode" ? "file_mode=" : "dir_mode=") + value);
     } else {
-      mount.ignored.push_back("ignoring option " + option + ": " + WhyIgnored(key));
+      mount.notes.push_back("ignoring option " + option + ": " + WhyIgnored(key));
     }
   }
   for (const std::string& item : items) mount.options += (mount.options.empty() ? "" : ",") + OptionListItem(item);
@@ -312,6 +321,22 @@ StatusOr<GkeMount> TranslateGkeVolume(const GkeVolumeMessage& message) {
   }
   mount.source = "gs://" + message.bucket + (prefix.empty() ? "" : "/" + prefix);
   return mount;
+}
+
+Status ShareMemoryLimit(GkeMount& mount, const std::optional<MemoryLimit>& limit, size_t volumes) {
+  if (!limit || volumes < 2) return OkStatus();
+  MountOptions options;
+  RETURN_IF_ERROR(ApplyMountOptionList(options, mount.options));
+  const MemoryLimit share{limit->bytes / volumes, limit->file + " shared by " + std::to_string(volumes) + " volumes"};
+  StatusOr<std::string> fitted = FitCacheToMemoryLimit(options, share);
+  if (!fitted.ok()) {
+    return InvalidArgumentError(std::string(kIncorrectUsage) + fitted.status().message() +
+                                " (the pod's annotation gke-gcsfuse/memory-limit)");
+  }
+  if (fitted->empty()) return OkStatus();
+  mount.options += (mount.options.empty() ? "" : ",") + ("cache_size=" + std::to_string(options.engine.cache_size));
+  mount.notes.push_back(*fitted);
+  return OkStatus();
 }
 
 std::string GkeErrorLine(const ChildEnd& end, const std::string& source) {
@@ -372,7 +397,9 @@ int RunGkeSidecar(const GkeSidecarOptions& options) {
   const std::vector<std::string> sockets = VolumeSockets(volumes_dir);
   spdlog::info("gke-sidecar: {} volume(s) under {}; a {} sidecar", sockets.size(), volumes_dir,
                options.native ? "native (SIGTERM stops it)" : "regular (the exit file stops it)");
-  for (const std::string& socket : sockets) std::thread([socket, volumes] { ServeVolume(socket, *volumes); }).detach();
+  for (const std::string& socket : sockets) {
+    std::thread([socket, count = sockets.size(), volumes] { ServeVolume(socket, count, *volumes); }).detach();
+  }
 
   const timespec period{static_cast<time_t>(kExitFilePollPeriod.count()), 0};
   while (true) {

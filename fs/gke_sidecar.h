@@ -32,10 +32,12 @@
 //     gke-sidecar exits 0: a volume's failure is reported in its error file,
 //     never by the exit status (a sidecar that exits non-zero fails the pod).
 //     SIGINT stops either kind.
-//  5. Ordinary lines, its own and the children's (prefixed "[VOL]"), go to
+//  5. Each volume's metrics are served on TMP/.volumes/VOL/metrics.sock
+//     (-o prometheus_socket), which the node plugin scrapes.
+//  6. Ordinary lines, its own and the children's (prefixed "[VOL]"), go to
 //     stdout; errors to stderr.
 // It mounts nothing, needs no privilege and no capability, and writes only
-// under TMP (error files; sockets and the exit file it deletes).
+// under TMP (error files, metrics sockets; sockets and the exit file it deletes).
 //
 // Thread-safety: RunGkeSidecar() is called once, from main, before any other
 // thread exists; it starts one thread per volume. The other functions are
@@ -49,6 +51,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/options/memory_limit.h"
 #include "core/util/status.h"
 #include "fs/descriptor_child.h"
 
@@ -72,8 +75,12 @@ StatusOr<GkeVolumeMessage> ParseGkeMessage(std::string_view json);
 struct GkeMount {
   std::string source;   // gs://bucket[/only-dir]
   std::string options;  // the child's -o list
-  // One line per option that has no effect, naming it and why.
-  std::vector<std::string> ignored;
+  // Serve the volume's metrics on TMP/.volumes/VOL/metrics.sock, where the
+  // node plugin scrapes them; off with the driver's disable-metrics-for-gke:true.
+  bool metrics = true;
+  // Lines to log: one per option that has no effect, naming it and why; the
+  // cache's share of the memory limit (ShareMemoryLimit).
+  std::vector<std::string> notes;
 };
 
 // Translates the driver's options:
@@ -82,11 +89,19 @@ struct GkeMount {
 //   file-mode=OCTAL, dir-mode=OCTAL  file_mode, dir_mode
 //   tensorfs:NAME:VALUE           NAME=VALUE, NAME as in -o with '-' or '_'
 //                                 (a flag: tensorfs:NAME or tensorfs:NAME:true)
-//   anything else                 ignored, listed in `ignored`
+//   disable-metrics-for-gke:true  metrics = false
+//   anything else                 ignored, with a line in `notes`
 // Bucket "_" (the driver's dynamic mount of every bucket) and a tensorfs
 // option that does not parse are errors that start with "Incorrect Usage",
 // the phrase the node plugin maps to InvalidArgument.
 StatusOr<GkeMount> TranslateGkeVolume(const GkeVolumeMessage& message);
+
+// All volumes' mounts run in this one container, under its one memory limit,
+// where each would size its default cache to the whole limit. With `volumes`
+// > 1 and a limit, a mount without tensorfs:cache_size gets the cache that
+// 1/volumes of the limit allows (FitCacheToMemoryLimit), with a line in
+// `notes`; an error (starting "Incorrect Usage") when the share is too small.
+Status ShareMemoryLimit(GkeMount& mount, const std::optional<MemoryLimit>& limit, size_t volumes);
 
 // The error file's line for a child that ended on its own, not cleanly.
 std::string GkeErrorLine(const ChildEnd& end, const std::string& source);

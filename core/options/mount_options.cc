@@ -250,6 +250,14 @@ const std::array kOptions = {
                  o.prometheus_address = address;
                  return OkStatus();
                }},
+    OptionSpec{"prometheus_socket", "PATH",
+               "serve the Prometheus metrics (those of prometheus_port) on a Unix socket at PATH, at every HTTP "
+               "path, as GKE's CSI node plugin scrapes them (default: none)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.prometheus_socket = std::string(v);
+                 return OkStatus();
+               }},
     OptionSpec{"endpoint", "URL",
                "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
                "$STORAGE_EMULATOR_HOST if set, else https://storage.googleapis.com)",

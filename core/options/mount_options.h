@@ -60,6 +60,7 @@ struct MountOptions {
   std::string error_file;  // a start-up failure's reason is written here too ("" = none)
   int prometheus_port = 0;  // serve GET /metrics on prometheus_address:port; 0: off
   std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
+  std::string prometheus_socket;  // also (or instead) serve them on this Unix socket ("" = none)
 
   // gs:// sources only.
   std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)

@@ -65,7 +65,7 @@ TEST(GkeTranslateTest, TheBucketAloneIsTheSource) {
   GkeMount mount = Translated({});
   EXPECT_EQ(mount.source, "gs://models");
   EXPECT_EQ(mount.options, "");
-  EXPECT_THAT(mount.ignored, IsEmpty());
+  EXPECT_THAT(mount.notes, IsEmpty());
 }
 
 TEST(GkeTranslateTest, OnlyDirIsThePrefix) {
@@ -112,14 +112,22 @@ TEST(GkeTranslateTest, OtherOptionsAreIgnoredOneLineEachNamingThem) {
   GkeMount mount = Translated({"implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:ttl-secs:60",
                                "logging:severity:debug", "pod-namespace=default", "rw"});
   EXPECT_EQ(mount.options, "");
-  ASSERT_THAT(mount.ignored, SizeIs(6));
-  EXPECT_THAT(mount.ignored[0], HasSubstr("implicit-dirs"));
-  EXPECT_THAT(mount.ignored[1], HasSubstr("file-cache:max-size-mb:-1"));
-  EXPECT_THAT(mount.ignored[1], HasSubstr("tensorfs:cache_size"));
-  EXPECT_THAT(mount.ignored[2], HasSubstr("metadata-cache:ttl-secs:60"));
-  EXPECT_THAT(mount.ignored[3], HasSubstr("tensorfs:log_level"));
-  EXPECT_THAT(mount.ignored[4], HasSubstr("pod-namespace=default"));
-  EXPECT_THAT(mount.ignored[5], HasSubstr("read-only"));
+  ASSERT_THAT(mount.notes, SizeIs(6));
+  EXPECT_THAT(mount.notes[0], HasSubstr("implicit-dirs"));
+  EXPECT_THAT(mount.notes[1], HasSubstr("file-cache:max-size-mb:-1"));
+  EXPECT_THAT(mount.notes[1], HasSubstr("tensorfs:cache_size"));
+  EXPECT_THAT(mount.notes[2], HasSubstr("metadata-cache:ttl-secs:60"));
+  EXPECT_THAT(mount.notes[3], HasSubstr("tensorfs:log_level"));
+  EXPECT_THAT(mount.notes[4], HasSubstr("pod-namespace=default"));
+  EXPECT_THAT(mount.notes[5], HasSubstr("read-only"));
+}
+
+TEST(GkeTranslateTest, MetricsAreServedUnlessTheDriverDisablesThem) {
+  EXPECT_TRUE(Translated({}).metrics);
+  EXPECT_TRUE(Translated({"disable-metrics-for-gke:false"}).metrics);
+  GkeMount disabled = Translated({"disable-metrics-for-gke:true"});
+  EXPECT_FALSE(disabled.metrics);
+  EXPECT_THAT(disabled.notes, IsEmpty());
 }
 
 TEST(GkeTranslateTest, TheDynamicMountBucketIsRefused) {
@@ -130,6 +138,33 @@ TEST(GkeTranslateTest, TheDynamicMountBucketIsRefused) {
 
 TEST(GkeTranslateTest, ABucketWithAPathIsRefusedPointingAtOnlyDir) {
   EXPECT_THAT(TranslationError({}, "models/llama").message(), HasSubstr("only-dir=DIR"));
+}
+
+TEST(GkeMemoryTest, VolumesShareTheMemoryLimitForTheirDefaultCaches) {
+  GkeMount mount = Translated({});
+  ASSERT_TRUE(ShareMemoryLimit(mount, MemoryLimit{4096ull << 20, "memory.max"}, 2).ok());
+  EXPECT_EQ(mount.options, "cache_size=" + std::to_string(1440ull << 20));  // 3/4 of (2048 - 128) MiB
+  ASSERT_THAT(mount.notes, SizeIs(1));
+  EXPECT_THAT(mount.notes[0], HasSubstr("shared by 2 volumes"));
+}
+
+TEST(GkeMemoryTest, OneVolumeOrAGivenCacheSizeOrNoLimitIsLeftAlone) {
+  GkeMount one = Translated({});
+  ASSERT_TRUE(ShareMemoryLimit(one, MemoryLimit{1ull << 30, "memory.max"}, 1).ok());
+  EXPECT_EQ(one.options, "");
+  GkeMount given = Translated({"tensorfs:cache_size:3G"});
+  ASSERT_TRUE(ShareMemoryLimit(given, MemoryLimit{1ull << 30, "memory.max"}, 4).ok());
+  EXPECT_EQ(given.options, "cache_size=3G");
+  GkeMount unlimited = Translated({});
+  ASSERT_TRUE(ShareMemoryLimit(unlimited, std::nullopt, 4).ok());
+  EXPECT_EQ(unlimited.options, "");
+}
+
+TEST(GkeMemoryTest, AShareTooSmallSaysToRaiseTheLimit) {
+  GkeMount mount = Translated({});
+  Status s = ShareMemoryLimit(mount, MemoryLimit{256ull << 20, "memory.max"}, 2);
+  EXPECT_THAT(s.message(), StartsWith("Incorrect Usage: "));
+  EXPECT_THAT(s.message(), HasSubstr("raise the container's memory limit"));
 }
 
 TEST(GkeErrorLineTest, AMissingBucketIsWhatTheNodePluginMapsToNotFound) {

@@ -168,6 +168,18 @@ class GkeSidecarTest(unittest.TestCase):
         self.assertEqual(mount["views"], [])
         self.stop_native()
 
+    def test_the_node_plugin_scrapes_the_volumes_metrics_on_metrics_sock(self):
+        volume = self.publish("ckpt", ["only-dir=" + MODEL])
+        self.start_sidecar(native=True)
+        wait_serving(volume.target, self.sidecar)
+        self.mmap_loader(volume.target)
+        reply = self.plugin.scrape_metrics(volume)
+        self.assertTrue(reply.startswith("HTTP/1.1 200"), reply[:200])
+        reads = [line for line in reply.splitlines() if line.startswith("tensorfs_read_requests_total ")]
+        self.assertEqual(len(reads), 1, reply)
+        self.assertGreater(float(reads[0].split()[1]), 0)
+        self.stop_native()
+
     def test_gcsfuse_options_without_an_equivalent_are_ignored_with_one_line_each(self):
         ignored = ["implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:ttl-secs:-1",
                    "logging:severity:debug", "enable-sidecar-bucket-access-check=true"]

@@ -19,6 +19,7 @@ pkg/util/util.go and fdchannel.go):
     {"bucketName": "...", "options": [...]} (Go's encoding of MountConfig:
     "options" left out when empty) with the descriptor as SCM_RIGHTS; then the
     connection, the listener and the plugin's descriptor are closed;
+  - the volume's metrics scraped from TMP/.volumes/VOL/metrics.sock (GET /);
   - at republish, the error file read and mapped to a gRPC code as
     extractErrorFromGcsFuseErrorFile does; the exit file written for a regular
     sidecar (putExitFile); at unpublish, the target unmounted.
@@ -163,6 +164,21 @@ class GkeNodePlugin:
         volume._thread.start()
         self.volumes.append(volume)
         return volume
+
+    def scrape_metrics(self, volume):
+        """What the plugin's metrics collector asks of TMP/.volumes/VOL/metrics.sock
+        (pkg/metrics/metrics.go): GET http://unix/ over the socket; returns the raw reply."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(os.path.join(volume.dir, "metrics.sock"))
+            s.sendall(b"GET / HTTP/1.1\r\nHost: unix\r\nUser-Agent: Go-http-client/1.1\r\n"
+                      b"Accept-Encoding: gzip\r\n\r\n")
+            reply = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return reply.decode()
+                reply += chunk
 
     def put_exit_file(self):
         """What the plugin does for a regular sidecar once the pod's other containers have ended."""
