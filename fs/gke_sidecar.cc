@@ -130,12 +130,16 @@ class Volumes {
     return std::optional(child);
   }
 
-  // The child has ended; returns whether the sidecar had asked it to stop.
-  bool Ended() EXCLUDES(mu_) {
+  bool stopping() EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return stopping_;
+  }
+
+  // A child has ended and been reported.
+  void Ended() EXCLUDES(mu_) {
     MutexLock lock(mu_);
     --running_;
     ended_.NotifyAll();
-    return stopping_;
   }
 
   // Stops every child: SIGTERM, then SIGKILL to those left after `grace`.
@@ -201,14 +205,15 @@ void ServeVolume(const std::string& socket, size_t volume_count, Volumes& volume
   const ChildEnd end = WatchServingChild(**child, volumes.children(), [&prefix](const std::string& line) {
     std::fprintf(IsErrorLine(line) ? stderr : stdout, "%s%s\n", prefix.c_str(), line.c_str());
   });
-  const bool stopping = volumes.Ended();
+  // Reported before the sidecar hears that the child has ended: it may exit then.
   if (end.clean()) {
     spdlog::info("[{}] the mount of {} has ended", volume, mount->source);
-  } else if (stopping && (end.signal == SIGTERM || end.signal == SIGKILL)) {
+  } else if (volumes.stopping() && (end.signal == SIGTERM || end.signal == SIGKILL)) {
     spdlog::info("[{}] tensorfs {} as the sidecar stopped", volume, end.How());
   } else {
     ReportError(error_file, volume, GkeErrorLine(end, mount->source));
   }
+  volumes.Ended();
 }
 
 // The flags of klog, which the driver's sidecar parses (the webhook passes

@@ -12,9 +12,9 @@
 #
 # --root CACHED_ROOT starts from an existing Debian 12 root (such as the one
 # tests/systemd/boot_test.sh debootstraps) instead of running debootstrap: it
-# is read through an overlay and left unchanged; packages a sidecar does not
-# use (systemd, dbus...) are purged from the image. Whatever is missing of
-# tensorfs' dependencies is installed with apt from the mirror apt uses.
+# is read through an overlay and left unchanged. What it lacks of tensorfs'
+# dependencies is installed with apt from the mirror apt uses. Either way only
+# Debian's essential packages and what tensorfs needs stay in the image.
 #
 # Needs root, debootstrap (unless --root), umoci (packaging/install-deps.sh
 # installs both). Prints the image's size.
@@ -54,9 +54,6 @@ mirror=${mirror:-http://deb.debian.org/debian}
 # What the package depends on (and the CA certificates an https endpoint needs), so
 # that installing it needs no download.
 include=fuse3,libfuse3-3,libcurl4,libssl3,libspdlog1.10,libfmt9,libsystemd0,ca-certificates
-# What a Debian root may hold that the sidecar never uses.
-unneeded=(systemd-sysv systemd dbus dbus-bin dbus-daemon dbus-session-bus-common dbus-system-bus-common
-          dbus-user-session libpam-systemd procps util-linux-extra)
 
 work=$(mktemp -d /tmp/tensorfs-gke-image.XXXXXX)
 root=$work/root
@@ -87,21 +84,21 @@ mount -t proc proc "$root/proc"
 mount --bind /dev "$root/dev"
 cp "$deb" "$root/tmp/tensorfs.deb"
 in_root() { chroot "$root" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
-if ! in_root dpkg -i /tmp/tensorfs.deb >"$work/dpkg.log" 2>&1; then
+installed() { [[ "$(in_root dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" == installed ]]; }
+if ! in_root dpkg -i /tmp/tensorfs.deb >"$work/dpkg.log" 2>&1 || ! installed ca-certificates; then
   # Dependencies missing from the root: from the mirror.
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
   printf 'deb %s bookworm main\n' "$mirror" >"$root/etc/apt/sources.list"
-  { in_root apt-get update -qq && in_root apt-get -f install -y -qq --no-install-recommends; } >>"$work/dpkg.log" 2>&1 ||
+  { in_root apt-get update -qq && in_root apt-get -f install -y -qq --no-install-recommends &&
+    in_root apt-get install -y -qq --no-install-recommends ca-certificates; } >>"$work/dpkg.log" 2>&1 ||
     { tail -20 "$work/dpkg.log"; die "installing $(basename "$deb") failed"; }
 fi
-present=()
-for p in "${unneeded[@]}"; do
-  [[ "$(in_root dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" == installed ]] && present+=("$p")
-done
-if ((${#present[@]} > 0)); then
-  in_root dpkg --purge --force-depends --force-remove-essential "${present[@]}" >>"$work/dpkg.log" 2>&1 ||
-    { tail -20 "$work/dpkg.log"; die "purging ${present[*]} failed"; }
-fi
+# Only tensorfs, the CA certificates and what they need stay, besides Debian's
+# essential packages: the rest (systemd and dbus from a root made for booting...) goes.
+in_root apt-mark auto $(in_root dpkg-query -W -f='${binary:Package}\n') >>"$work/dpkg.log" 2>&1
+in_root apt-mark manual tensorfs ca-certificates >>"$work/dpkg.log" 2>&1
+in_root apt-get autoremove -y -qq --purge >>"$work/dpkg.log" 2>&1 ||
+  { tail -20 "$work/dpkg.log"; die "removing what tensorfs does not need failed"; }
 in_root tensorfs --help >/dev/null || die "tensorfs does not run in the root"
 umount "$root/proc" "$root/dev"
 

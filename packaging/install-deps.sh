@@ -15,6 +15,7 @@ packages=(
   python3 python3-numpy
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings
+  umoci  # packaging/build-gke-image.sh: the GKE sidecar image as an OCI archive (tests/packaging/gke_image_test.py)
   "$@"
 )
 
