@@ -44,7 +44,8 @@ Status ReceiveRaw(int sock, RawMessage& out) {
   const auto deadline = std::chrono::steady_clock::now() + kDescriptorReceiveTimeout;
   char data[64 << 10];
   while (true) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{sock, POLLIN, 0};
     const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
     if (ready < 0 && errno == EINTR) continue;

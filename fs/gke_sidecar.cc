@@ -384,9 +384,10 @@ int RunGkeSidecar(const GkeSidecarOptions& options) {
     return static_cast<int>(ExitStatus::kUsage);
   }
   for (const std::string& arg : options.ignored_args) {
+    const bool klog = KlogFlagOf(arg) != KlogFlag::kNone;
     spdlog::info("gke-sidecar: ignoring argument {}: {}", arg,
-                 KlogFlagOf(arg) != KlogFlag::kNone ? "a klog flag of gcsfuse's sidecar (the mounts' log level is tensorfs:log_level)"
-                                 : "not an argument of tensorfs gke-sidecar");
+                 klog ? "a klog flag of gcsfuse's sidecar (the mounts' log level is tensorfs:log_level)"
+                      : "not an argument of tensorfs gke-sidecar");
   }
   const std::string volumes_dir = options.tmp_dir + "/.volumes";
   const std::string exit_file = volumes_dir + "/exit";

@@ -183,7 +183,8 @@ int Main(int argc, char** argv) {
                                                     "FUSE CSI driver: serve each volume its node plugin hands over "
                                                     "under TMP/.volumes, one child tensorfs per volume");
   std::string gke_tmp_dir = "/gcsfuse-tmp";
-  gke->add_option("--tmp-dir", gke_tmp_dir, "the pod's gke-gcsfuse-tmp emptyDir (default /gcsfuse-tmp)");
+  gke->add_option("--tmp-dir", gke_tmp_dir, "the pod's gke-gcsfuse-tmp emptyDir (default /gcsfuse-tmp)")
+      ->type_name("DIR");
   gke->allow_extras();  // klog's --v=5, which the driver's webhook passes
   bool print_mount_params = false;
   app.add_flag("--print-mount-params", print_mount_params,

@@ -49,7 +49,8 @@ command -v umoci >/dev/null || die "umoci is not installed (packaging/install-de
 tag=${tag:-$(dpkg-deb -f "$deb" Version)}
 
 mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+[[ -n $mirror ]] ||
+  mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
 mirror=${mirror:-http://deb.debian.org/debian}
 # What the package depends on (and the CA certificates an https endpoint needs), so
 # that installing it needs no download.
@@ -124,7 +125,8 @@ umoci config --image "$layout:$tag" --config.entrypoint tensorfs --config.entryp
   --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
   --config.label org.opencontainers.image.title=tensorfs \
   --config.label org.opencontainers.image.version="$tag" \
-  --config.label org.opencontainers.image.description="tensorfs as the gke-gcsfuse-sidecar of GKE's Cloud Storage FUSE CSI driver"
+  --config.label \
+  org.opencontainers.image.description="tensorfs as the gke-gcsfuse-sidecar of GKE's Cloud Storage FUSE CSI driver"
 umoci gc --layout "$layout"
 mkdir -p "$(dirname "$out")"
 tar -C "$layout" -cf "$out.partial" .
