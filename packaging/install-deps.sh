@@ -16,6 +16,7 @@ packages=(
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings
   gdb  # a hung tensorfs's threads' backtraces in a test's failure (tests/support/daemon_check.h)
+  umoci  # packaging/build-gke-image.sh: the GKE sidecar image as an OCI archive (tests/packaging/gke_image_test.py)
   "$@"
 )
 

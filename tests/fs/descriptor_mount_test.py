@@ -13,17 +13,14 @@ file's sha256 and an mmap loader's tensors equal the source.
 
 Every wait has a 60 s limit that only catches hangs; nothing asserts on time.
 """
-import hashlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -31,42 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "..", "support")
 TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
-HANG_GUARD_S = 60
 
 sys.path.insert(0, SUPPORT)
 from daemon_check import check_end, run_tests  # noqa: E402
 from fuse_fd_parent import GCSFUSE_DATA, kernel_mount, mount_device, mounted, unmount  # noqa: E402
-
-# uid 65534, no capability at all, no way to gain one.
-UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs"]
-
-
-def sandboxed(argv, hide=()):
-    """argv run unprivileged in a new mount namespace whose /dev is a fresh
-    tmpfs (no fuse node) and in which the mounts in `hide` are detached, as a
-    sidecar's namespace does not hold the workload's mount (a copy of it
-    would keep the FUSE connection alive after the parent unmounts)."""
-    script = "set -e; mount -t tmpfs -o mode=755 tmpfs /dev; ln -s /proc/self/fd /dev/fd; "
-    script += "".join("umount -l -c %s; " % shlex.quote(m) for m in hide)  # -c: no stat of the mount
-    script += "test ! -e /dev/fuse; exec \"$@\""
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
+from container import HANG_GUARD_S, Output, sandboxed, sha256_of, start_gcs_server, wait_serving  # noqa: E402
 
 
 def print_mount_params(*options):
     out = subprocess.run([TENSORFS, "--print-mount-params"] + list(options), check=True, capture_output=True,
                          text=True, timeout=HANG_GUARD_S).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if line and not line.startswith("#"))
-
-
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return h.hexdigest()
-            h.update(block)
 
 
 def source_files(root):
@@ -79,43 +51,14 @@ def fuse_descriptors(pid):
     """How many of process `pid`'s open files are /dev/fuse (character device 10:229)."""
     n = 0
     for fd in os.listdir("/proc/%d/fd" % pid):
+        path = "/proc/%d/fd/%s" % (pid, fd)
         try:
-            st = os.stat("/proc/%d/fd/%s" % (pid, fd))
+            st = os.stat(path)
         except OSError:
             continue
-        if os.major(st.st_rdev) == 10 and os.minor(st.st_rdev) == 229 and not os.path.isdir("/proc/%d/fd/%s" % (pid, fd)):
+        if not os.path.isdir(path) and os.major(st.st_rdev) == 10 and os.minor(st.st_rdev) == 229:
             n += 1
     return n
-
-
-def wait_serving(path, process):
-    """Waits until `path` answers a stat (the mount serves), or fails."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError("tensorfs exited with %s before serving" % process.returncode)
-        r = subprocess.run(["stat", "-c", "%i", path], capture_output=True, timeout=HANG_GUARD_S)
-        if r.returncode == 0 and r.stdout.strip() == b"1":
-            return
-        time.sleep(0.1)
-    raise AssertionError("%s did not serve within %d s" % (path, HANG_GUARD_S))
-
-
-class Output:
-    """Collects a process's output on a thread, so a full pipe never stalls it."""
-
-    def __init__(self, process):
-        self.text = ""
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
-
-    def _read(self, process):
-        for line in process.stdout:
-            self.text += line
-
-    def wait(self):
-        self._thread.join(HANG_GUARD_S)
-        return self.text
 
 
 class DescriptorMountTest(unittest.TestCase):
@@ -127,16 +70,7 @@ class DescriptorMountTest(unittest.TestCase):
         cls.model = os.path.join(cls.data, "bucket", "llama")
         subprocess.run([TESTDATA, "--arch", "llama", "--size-mib", "48", "--shards", "3", "--out", cls.model],
                        check=True, capture_output=True, timeout=HANG_GUARD_S)
-        port_file = os.path.join(cls.work, "port")
-        cls.server = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "gcs_test_server.py"), "--data",
-                                       cls.data, "--port", "0", "--port-file", port_file, "--quiet"])
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not os.path.exists(port_file):
-            if time.monotonic() > deadline or cls.server.poll() is not None:
-                raise RuntimeError("the GCS test server did not start")
-            time.sleep(0.05)
-        with open(port_file) as f:
-            cls.endpoint = "http://127.0.0.1:" + f.read().strip()
+        cls.server, cls.endpoint = start_gcs_server(cls.data, cls.work)
         cls.source = "gs://bucket/llama"
         cls.options = "endpoint=%s,anonymous" % cls.endpoint
 
@@ -163,7 +97,7 @@ class DescriptorMountTest(unittest.TestCase):
     def start(self, argv, **kwargs):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
         self.processes.append(p)
-        return p, Output(p)
+        return p, Output(p.stdout)
 
     def assert_same_as_source(self, mounted):
         """Every source file's sha256, then every tensor as an mmap loader reads it."""
