@@ -152,12 +152,21 @@ TEST(GkeMemoryTest, OneVolumeOrAGivenCacheSizeOrNoLimitIsLeftAlone) {
   GkeMount one = Translated({});
   ASSERT_TRUE(ShareMemoryLimit(one, MemoryLimit{1ull << 30, "memory.max"}, 1).ok());
   EXPECT_EQ(one.options, "");
-  GkeMount given = Translated({"tensorfs:cache_size:3G"});
+  // A volume's share of 1 GiB by 4 is 256 MiB, of which 128 MiB fit a cache.
+  GkeMount given = Translated({"tensorfs:cache_size:100M"});
   ASSERT_TRUE(ShareMemoryLimit(given, MemoryLimit{1ull << 30, "memory.max"}, 4).ok());
-  EXPECT_EQ(given.options, "cache_size=3G");
+  EXPECT_EQ(given.options, "cache_size=100M");
   GkeMount unlimited = Translated({});
   ASSERT_TRUE(ShareMemoryLimit(unlimited, std::nullopt, 4).ok());
   EXPECT_EQ(unlimited.options, "");
+}
+
+TEST(GkeMemoryTest, AGivenCacheSizeOverTheShareIsRefusedSayingWhatFits) {
+  GkeMount given = Translated({"tensorfs:cache_size:3G"});
+  Status s = ShareMemoryLimit(given, MemoryLimit{1ull << 30, "memory.max"}, 4);
+  EXPECT_THAT(s.message(), StartsWith("Incorrect Usage: "));
+  EXPECT_THAT(s.message(), HasSubstr("does not fit the memory limit"));
+  EXPECT_THAT(s.message(), HasSubstr("set cache_size to at most 128M"));
 }
 
 TEST(GkeMemoryTest, AShareTooSmallSaysToRaiseTheLimit) {
