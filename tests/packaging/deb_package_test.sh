@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # deb_package_test.sh BUILD_DIR
 #
-# Builds the Debian package with cpack, installs it with dpkg, mounts a local
-# directory with `mount -t tensorfs` (through the installed /sbin/mount.tensorfs),
-# reads a file, unmounts, removes the package and checks that every file it
-# installed is gone. Whatever happens, the package is not left installed.
+# Builds the Debian package with cpack, installs it with dpkg, checks that
+# `man tensorfs` and `man mount.tensorfs` render the generated page, mounts a
+# local directory with `mount -t tensorfs` (through the installed
+# /sbin/mount.tensorfs), reads a file, unmounts, removes the package and checks
+# that every file it installed is gone. Whatever happens, the package is not
+# left installed.
 #
 # Skipped (exit 77) when not root, or when a tensorfs package or an unpackaged
 # /usr/bin/tensorfs or /sbin/mount.tensorfs is already there: the test does not
@@ -56,7 +58,9 @@ echo "== contents and dependencies"
 dpkg-deb -c "$deb" >"$work/contents"
 for want in ./usr/bin/tensorfs "./sbin/mount.tensorfs -> /usr/bin/tensorfs" ./lib/systemd/system/tensorfs@.service \
   ./usr/share/doc/tensorfs/README.md ./usr/share/doc/tensorfs/copyright \
-  ./usr/share/doc/tensorfs/examples/tensorfs.conf.example ./etc/tensorfs/; do
+  ./usr/share/doc/tensorfs/examples/tensorfs.conf.example ./etc/tensorfs/ \
+  ./usr/share/doc/tensorfs/CONFIGURATION.md ./usr/share/doc/tensorfs/TROUBLESHOOTING.md \
+  ./usr/share/man/man8/tensorfs.8.gz ./usr/share/man/man8/mount.tensorfs.8.gz; do
   grep -qF -- "$want" "$work/contents" || { cat "$work/contents"; fail "the package lacks $want"; }
 done
 depends=$(dpkg-deb -f "$deb" Depends)
@@ -76,6 +80,17 @@ while read -r path; do
 done <"$work/files"
 [[ "$(readlink /sbin/mount.tensorfs)" == /usr/bin/tensorfs ]] || fail "/sbin/mount.tensorfs does not point at /usr/bin/tensorfs"
 /usr/bin/tensorfs --help >/dev/null || fail "/usr/bin/tensorfs --help"
+
+echo "== man tensorfs"
+[[ "$(man -w tensorfs)" == /usr/share/man/man8/tensorfs.8.gz ]] || fail "man -w tensorfs: $(man -w tensorfs 2>&1)"
+warnings=$(MANWIDTH=100 man --warnings -l /usr/share/man/man8/tensorfs.8.gz 2>&1 >/dev/null)
+[[ -z $warnings ]] || fail "man -l tensorfs.8.gz warns: $warnings"
+MANWIDTH=100 man tensorfs 2>/dev/null | col -b >"$work/man.txt"
+for want in "mount -t tensorfs SOURCE MOUNTPOINT" "--cache-size SIZE, -o cache_size=SIZE" "EXIT STATUS" "CONFIGURATION.md"; do
+  grep -qF -- "$want" "$work/man.txt" || { head -40 "$work/man.txt"; fail "man tensorfs lacks '$want'"; }
+done
+MANWIDTH=100 man mount.tensorfs 2>/dev/null | col -b >"$work/man-helper.txt"
+cmp -s "$work/man.txt" "$work/man-helper.txt" || fail "man mount.tensorfs does not show tensorfs(8)"
 
 echo "== mount -t tensorfs"
 mkdir -p "$work/src/llama" "$work/mnt"
