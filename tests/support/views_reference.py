@@ -4,7 +4,7 @@
 Independent of the C++ code: everything here follows the published algorithms
 of bitsandbytes (csrc/kernels.cu, bitsandbytes/functional.py), the layout that
 AirLLM writes and reads (airllm/utils.py, persist/safetensor_model_persister.py)
-and the safetensors file format, as the views (core/views/views.h, README "Virtual views") pin them down.
+and the safetensors file format, as the views (core/views/views.h, docs/VIEWS.md) pin them down.
 
 Contents
   - safetensors: parse_header / parse_file / serialize_header / serialize_file
@@ -979,7 +979,7 @@ def build_view(src, view, qz=None):
 
 
 # ----------------------------------------------------------------------------
-# @stacked: layer families stacked along a leading axis (README "@stacked")
+# @stacked: layer families stacked along a leading axis (docs/VIEWS.md, "@stacked")
 # ----------------------------------------------------------------------------
 
 MAX_INDEX_DIGITS = 9
