@@ -55,6 +55,11 @@ constexpr ExitStatusLine kHandoffExit[] = {
     {2, "an invalid command line"},
 };
 
+constexpr ExitStatusLine kGkeSidecarExit[] = {
+    {0, "stopped; a volume's failure goes to its error file, never to the exit status"},
+    {2, "the --tmp-dir given is not a directory; or an invalid command line"},
+};
+
 constexpr SubcommandDoc kSubcommands[] = {
     {"inspect", "inspect SOURCE [OPTIONS]", "print a checkpoint's files, tensors and layers",
      "Prints each file of SOURCE (a checkpoint directory, gs://bucket/prefix, or a directory on a mount) with "
@@ -71,6 +76,11 @@ constexpr SubcommandDoc kSubcommands[] = {
      "plugin mounted, with the source and options to serve on it, and runs one tensorfs per descriptor. "
      "Exits once all have ended. The protocol: docs/KUBERNETES.md.",
      kHandoffExit},
+    {"gke-sidecar", "gke-sidecar [--tmp-dir DIR]", "be the sidecar of GKE's Cloud Storage FUSE CSI driver",
+     "Runs as the gke-gcsfuse-sidecar container of GKE's Cloud Storage FUSE CSI driver: serves each volume its "
+     "node plugin hands over under TMP/.volumes, one child tensorfs per volume. Other arguments (the driver's "
+     "klog flags) are accepted and ignored. How to deploy it: docs/GKE.md.",
+     kGkeSidecarExit},
 };
 
 const SubcommandDoc* FindSubcommandDoc(std::string_view name) {
@@ -395,6 +405,13 @@ std::unique_ptr<CLI::App> MakeCommandLine(CommandLine& line) {
   handoff->add_option("SOCKET_DIR", line.handoff_dir, "directory holding the node plugin's sockets")->required();
   handoff->add_option("--wait", line.handoff_wait_s, "seconds to wait for the first socket (default 30)")
       ->type_name("SECONDS");
+
+  const SubcommandDoc& gke_doc = *FindSubcommandDoc("gke-sidecar");
+  CLI::App* gke = app->add_subcommand("gke-sidecar", std::string(gke_doc.summary));
+  gke->formatter_fn([](const CLI::App* a, std::string, CLI::AppFormatMode) { return RenderHelp(*a); });
+  gke->add_option("--tmp-dir", line.gke_tmp_dir, "the pod's gke-gcsfuse-tmp emptyDir (default /gcsfuse-tmp)")
+      ->type_name("DIR");
+  gke->allow_extras();  // klog's --v=5, which the driver's webhook passes
   return app;
 }
 

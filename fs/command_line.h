@@ -49,6 +49,9 @@ struct CommandLine {
   // tensorfs handoff SOCKET_DIR
   std::string handoff_dir;
   int handoff_wait_s = 30;
+
+  // tensorfs gke-sidecar [--tmp-dir DIR] (other arguments: the subcommand's remaining())
+  std::string gke_tmp_dir = "/gcsfuse-tmp";
 };
 
 // The command, parsing into `line` (which must outlive it), with RenderHelp as

@@ -4,6 +4,7 @@
 //   tensorfs inspect SOURCE [--json]
 //   tensorfs stats MOUNTPOINT [--json]
 //   tensorfs handoff SOCKET_DIR
+//   tensorfs gke-sidecar [--tmp-dir DIR]
 //
 // The command line itself is defined in fs/command_line.h.
 #include <spdlog/spdlog.h>
@@ -26,6 +27,7 @@
 #include "core/util/logging.h"
 #include "fs/command_line.h"
 #include "fs/exit_status.h"
+#include "fs/gke_sidecar.h"
 #include "fs/handoff.h"
 #include "fs/mount_params.h"
 #include "fs/startup.h"
@@ -125,12 +127,27 @@ int Main(int argc, char** argv) {
     std::printf("%s\n", VersionLine().c_str());
     return 0;
   }
-  if (app->got_subcommand("stats")) return RunStats(line.stats_mountpoint, line.stats_json);
+  // What the subcommands log goes to stderr: their stdout is the report (JSON with --json).
+  if (app->got_subcommand("stats")) {
+    SetUpLogging("info");
+    return RunStats(line.stats_mountpoint, line.stats_json);
+  }
   if (app->got_subcommand("handoff")) {
     SetUpLogging("info");
     return RunHandoff(line.handoff_dir, std::chrono::seconds(line.handoff_wait_s));
   }
+  if (app->got_subcommand("gke-sidecar")) {
+    // Children inherit the environment: their log lines must have the shape
+    // the sidecar relays (a container has no systemd to talk to anyway).
+    ::unsetenv("NOTIFY_SOCKET");
+    ::unsetenv("JOURNAL_STREAM");
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a line relayed is a line seen
+    SetUpSplitLogging("info");
+    return RunGkeSidecar(GkeSidecarOptionsFrom(line.gke_tmp_dir, app->get_subcommand("gke-sidecar")->remaining(),
+                                               std::getenv("NATIVE_SIDECAR")));
+  }
   if (app->got_subcommand("inspect")) {
+    SetUpLogging("info");
     for (const std::string& list : line.inspect_o_lists) {
       if (Status s = ApplyMountOptionList(line.inspect, list); !s.ok()) return Fail(s);
     }

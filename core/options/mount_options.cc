@@ -49,6 +49,29 @@ Status ParseSize(std::string_view name, std::string_view value, uint64_t& out) {
   return OkStatus();
 }
 
+// A user or group id: a whole number below 2^32 - 1 (which means "none").
+Status ParseId(std::string_view name, std::string_view value, std::optional<uint32_t>& out) {
+  uint32_t id = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), id);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || id == UINT32_MAX) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) + ": expected a numeric id such as 1000");
+  }
+  out = id;
+  return OkStatus();
+}
+
+// Permission bits in octal, as chmod takes them: "644", "0755".
+Status ParseMode(std::string_view name, std::string_view value, uint32_t& out) {
+  uint32_t mode = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mode, 8);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || mode > 0777) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) +
+                                ": expected permission bits in octal, from 0 to 777, such as 644");
+  }
+  out = mode;
+  return OkStatus();
+}
+
 Status SetFlag(bool& field, std::string_view value) {
   if (!value.empty()) return InvalidArgumentError("takes no value");
   field = true;
@@ -180,6 +203,22 @@ const std::array kOptions = {
                .apply = [](MountOptions&, std::string_view v) {
                  return v.empty() ? OkStatus() : InvalidArgumentError("takes no value");
                }},
+    OptionSpec{.name = "uid", .value_name = "UID", .group = OptionGroup::kKernel,
+               .help = "the owner every file and directory reports (numeric)",
+               .default_value = "the user tensorfs runs as",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseId("uid", v, o.uid); }},
+    OptionSpec{.name = "gid", .value_name = "GID", .group = OptionGroup::kKernel,
+               .help = "the group every file and directory reports (numeric)",
+               .default_value = "the group tensorfs runs as",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseId("gid", v, o.gid); }},
+    OptionSpec{.name = "file_mode", .value_name = "MODE", .group = OptionGroup::kKernel,
+               .help = "the permission bits files report, in octal",
+               .default_value = "444",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseMode("file_mode", v, o.file_mode); }},
+    OptionSpec{.name = "dir_mode", .value_name = "MODE", .group = OptionGroup::kKernel,
+               .help = "the permission bits directories report, in octal",
+               .default_value = "555",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseMode("dir_mode", v, o.dir_mode); }},
     OptionSpec{.name = "debug", .alias = "-d", .group = OptionGroup::kKernel,
                .help = "print every FUSE request; implies --foreground",
                .apply = [](MountOptions& o, std::string_view v) {
@@ -295,6 +334,13 @@ const std::array kOptions = {
                                                ": give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::");
                  }
                  o.prometheus_address = address;
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "prometheus_socket", .value_name = "PATH", .group = OptionGroup::kLogging,
+               .help = "also serve the metrics on a Unix socket, at every path",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.prometheus_socket = std::string(v);
                  return OkStatus();
                }},
 };
