@@ -96,8 +96,20 @@ TEST(HelpTest, ListsEveryOptionUnderItsGroupWithItsDefault) {
   }
 }
 
+// "" (the command itself) and the name of every subcommand.
+std::vector<std::string> Commands() {
+  CommandLine line;
+  std::unique_ptr<CLI::App> app = MakeCommandLine(line);
+  std::vector<std::string> names = {""};
+  for (const CLI::App* sub : app->get_subcommands([](const CLI::App*) { return true; })) {
+    names.push_back(sub->get_name());
+  }
+  return names;
+}
+
 TEST(HelpTest, EveryLineFitsIn100Columns) {
-  for (const std::string subcommand : {"", "inspect", "stats", "handoff"}) {
+  ASSERT_GE(Commands().size(), 5u);
+  for (const std::string& subcommand : Commands()) {
     for (const std::string& line : Lines(HelpOf(subcommand))) {
       EXPECT_LE(line.size(), kHelpWidth) << "tensorfs " << subcommand << " --help: " << line;
     }
@@ -123,7 +135,12 @@ TEST(HelpTest, SubcommandsListTheirOptionsAndExitStatuses) {
       {"inspect", {"--json", "-o OPTIONS", "--layer-regex REGEX"}},
       {"stats", {"--json"}},
       {"handoff", {"--wait SECONDS"}},
+      {"gke-sidecar", {"--tmp-dir DIR"}},
   };
+  for (const std::string& subcommand : Commands()) {
+    EXPECT_TRUE(subcommand.empty() || want.contains(subcommand)) << "a subcommand this test does not know: "
+                                                                 << subcommand;
+  }
   for (const auto& [subcommand, flags] : want) {
     const std::string help = HelpOf(subcommand);
     EXPECT_TRUE(help.starts_with("Usage: tensorfs " + subcommand + " ")) << help;

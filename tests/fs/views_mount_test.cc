@@ -119,7 +119,7 @@ TEST_F(ViewsMountTest, Qwen2ViewsEqualTheReference) { CheckViews("qwen2"); }
 // run of the demo prints no warning.
 TEST_F(ViewsMountTest, BnbConfigsDrawNoWarningFromTheChecker) {
   auto result = RunCommand(kPython + kSupport + "check_views.py --mount " + mount_->path() +
-                           "/llama-bf16 --source " + (*source_) + "/llama-bf16 --views @bnb-nf4,@bnb-int8 2>&1");
+                           "/llama-bf16 --source " + source_ + "/llama-bf16 --views @bnb-nf4,@bnb-int8 2>&1");
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_THAT(result.output, HasSubstr(": OK"));
   EXPECT_THAT(result.output, Not(HasSubstr("warning"))) << result.output;
