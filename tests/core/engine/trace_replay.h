@@ -32,6 +32,14 @@ inline ModelSpec TraceCheckpointSpec() {
 }
 inline constexpr int kTraceCheckpointShards = 2;
 
+// The checkpoint of the traces in traces/qwen2: tensorfs-testdata --arch qwen2
+// --layers 2 --hidden 512 --intermediate 1536 --vocab 1024 --dtype f32 --shards 2.
+inline ModelSpec Qwen2TraceCheckpointSpec() {
+  return ModelSpec{.arch = Arch::kQwen2, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 1024,
+                   .dtype = Dtype::F32};
+}
+inline constexpr int kQwen2TraceCheckpointShards = 2;
+
 // The engine's options as a mount has them by default, with one fetch at a time.
 inline EngineOptions TraceReplayOptions() {
   EngineOptions options;
