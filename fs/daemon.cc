@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/util/logging.h"
+#include "core/util/process.h"
 
 namespace tensorfs {
 
@@ -31,12 +32,12 @@ void Daemon::Start() {
     while ((n = ::read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
       if (n > 0) verdict.append(buf, static_cast<size_t>(n));
     }
-    if (verdict == "OK") std::_Exit(0);
+    if (verdict == "OK") ExitNow(0);
     if (verdict.empty()) {
       int status = 0;
       ::waitpid(pid, &status, 0);
       PrintFatal("the background process exited before mounting");
-      std::_Exit(static_cast<int>(ExitStatus::kTransient));
+      ExitNow(static_cast<int>(ExitStatus::kTransient));
     }
     // "STATUS MESSAGE", from Failed().
     int exit_status = static_cast<int>(ExitStatus::kTransient);
@@ -49,7 +50,7 @@ void Daemon::Start() {
     // The child exits with that status once it has said why: reaped here, a
     // failed start leaves no process behind.
     ::waitpid(pid, nullptr, 0);
-    std::_Exit(exit_status);
+    ExitNow(exit_status);
   }
   ::close(fds[0]);
   pipe_fd_ = fds[1];

@@ -120,19 +120,19 @@ struct FuseHandlers {
     handle->entries.push_back(DirEntry{".", *self});
     handle->entries.push_back(DirEntry{"..", *self});  // the kernel fills in the real parent
     for (DirEntry& e : *entries) handle->entries.push_back(std::move(e));
-    fi->fh = reinterpret_cast<uint64_t>(handle.get());
+    fi->fh = Server(req).handles_.Add(std::move(handle));  // freed at ReleaseDir (see Open)
     fi->cache_readdir = 1;
     fi->keep_cache = 1;
-    if (fuse_reply_open(req, fi) != -ENOENT) (void)handle.release();  // freed at ReleaseDir (see Open)
+    if (fuse_reply_open(req, fi) == -ENOENT) Server(req).handles_.Remove(fi->fh);
   }
 
   static void ReleaseDir(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-    delete reinterpret_cast<DirHandle*>(fi->fh);
+    Server(req).handles_.Remove(fi->fh);
     fuse_reply_err(req, 0);
   }
 
   static void FillDir(fuse_req_t req, size_t size, off_t offset, fuse_file_info* fi, bool plus) {
-    const auto& entries = reinterpret_cast<DirHandle*>(fi->fh)->entries;
+    const auto& entries = HandleTable::Get<DirHandle>(fi->fh).entries;
     std::vector<char> buf(size);
     size_t used = 0;
     for (size_t i = static_cast<size_t>(offset); i < entries.size(); ++i) {
@@ -171,15 +171,15 @@ struct FuseHandlers {
     if (!status.ok()) return ReplyError(req, status);
     fi->keep_cache = 1;  // objects are immutable for the mount's life
     fi->noflush = 1;
-    auto handle = std::make_unique<ReaderId>(reader);  // an open file's handle: the reader its reads are for
-    fi->fh = reinterpret_cast<uint64_t>(handle.get());
+    // An open file's handle: the reader its reads are for; freed at Release.
+    fi->fh = server.handles_.Add(std::make_unique<ReaderId>(reader));
     // The kernel gives the file the mount's readahead once this reply is in.
     if (const uint64_t ra = server.read_ahead_in_force_.load(std::memory_order_relaxed); ra > 0) {
       server.metrics_.CountOpen(ra);
     }
     // An open interrupted before the reply arrived is never released: its
     // handle goes now.
-    if (fuse_reply_open(req, fi) != -ENOENT) (void)handle.release();  // freed at Release
+    if (fuse_reply_open(req, fi) == -ENOENT) server.handles_.Remove(fi->fh);
   }
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
@@ -195,12 +195,12 @@ struct FuseHandlers {
         iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
       }
       fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    }, *reinterpret_cast<const ReaderId*>(fi->fh));
+    }, HandleTable::Get<const ReaderId>(fi->fh));
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {
-    const std::unique_ptr<ReaderId> reader(reinterpret_cast<ReaderId*>(fi->fh));
-    Ns(req).Release(*reader);
+    Ns(req).Release(HandleTable::Get<const ReaderId>(fi->fh));
+    Server(req).handles_.Remove(fi->fh);
     fuse_reply_err(req, 0);
   }
 

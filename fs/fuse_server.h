@@ -32,6 +32,7 @@
 #include "core/util/log_limiter.h"
 #include "core/util/status.h"
 #include "core/vfs/namespace.h"
+#include "fs/handle_table.h"
 
 struct fuse_session;
 
@@ -95,6 +96,7 @@ class FuseServer {
   // failed requests: one warning a second
   LogRateLimiter error_log_limiter_{std::chrono::seconds(1), "failed requests"};
   std::atomic<uint64_t> next_reader_{1};  // the reader of the next file opened (0: no reader)
+  HandleTable handles_;  // what open files' and directories' handles point to
   std::string read_ahead_path_;  // the bdi's read_ahead_kb, once found (SetReadahead)
   bool read_ahead_warned_ = false;
   // The readahead in force (bytes), as read back by SetReadahead; 0 until then

@@ -22,6 +22,7 @@
 #include "core/options/mount_options.h"
 #include "core/util/thread_annotations.h"
 #include "fs/exit_status.h"
+#include "core/util/process.h"
 
 namespace tensorfs {
 namespace {
@@ -436,7 +437,7 @@ int RunGkeSidecar(const GkeSidecarOptions& options) {
   spdlog::default_logger()->flush();
   std::fflush(stdout);
   std::fflush(stderr);
-  std::_Exit(0);  // volume threads may still be receiving: nothing to wait for
+  ExitNow(0);  // volume threads may still be receiving: nothing to wait for
 }
 
 }  // namespace tensorfs

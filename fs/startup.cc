@@ -28,6 +28,7 @@
 #include "fs/fuse_server.h"
 #include "fs/mount_recovery.h"
 #include "fs/service_notifier.h"
+#include "core/util/process.h"
 
 namespace tensorfs {
 namespace {
@@ -234,14 +235,14 @@ int MountAndServe(const MountOptions& options) {
       exit_status = ExitStatus::kTransient;
     }
   }
-  if (!failure.ok()) std::_Exit(fail(exit_status, failure));
+  if (!failure.ok()) ExitNow(fail(exit_status, failure));
   if (!status.ok()) spdlog::error("{}", status.message());
   // Unmounted. Fetches still retrying against a slow server hold nothing worth
   // waiting for (the mount is read-only): leave without joining them, after
   // reporting the warnings the rate limiters held back.
   FlushHeldBackWarnings();
   spdlog::default_logger()->flush();
-  std::_Exit(static_cast<int>(exit_status));
+  ExitNow(static_cast<int>(exit_status));
 }
 
 }  // namespace tensorfs

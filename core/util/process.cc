@@ -2,9 +2,23 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <string_view>
+
+// A build with AddressSanitizer has LeakSanitizer too (gcc says so with
+// __SANITIZE_ADDRESS__, clang with __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define TENSORFS_LEAK_CHECK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TENSORFS_LEAK_CHECK 1
+#endif
+#endif
+#ifdef TENSORFS_LEAK_CHECK
+#include <sanitizer/lsan_interface.h>
+#endif
 
 namespace tensorfs {
 
@@ -20,6 +34,13 @@ uint64_t ThreadGroupOf(uint64_t tid) {
     return ec == std::errc() && tgid != 0 ? tgid : tid;
   }
   return tid;
+}
+
+void ExitNow(int status) {
+#ifdef TENSORFS_LEAK_CHECK
+  __lsan_do_leak_check();
+#endif
+  std::_Exit(status);
 }
 
 }  // namespace tensorfs
