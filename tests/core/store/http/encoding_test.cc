@@ -1,4 +1,4 @@
-#include "core/store/gcs/encoding.h"
+#include "core/store/http/encoding.h"
 
 #include <gtest/gtest.h>
 
@@ -58,6 +58,21 @@ TEST(Rfc3339Test, RejectsMalformed) {
   for (const char* bad : {"", "2024-05-01", "2024-05-01T12:34:56", "2024-13-01T00:00:00Z",
                           "2024-05-01T12:34:56.Z", "2024-05-01T12:34:56Zjunk", "yesterday"}) {
     EXPECT_FALSE(ParseRfc3339Nanos(bad).ok()) << bad;
+  }
+}
+
+TEST(HttpDateTest, ParsesImfFixdate) {
+  // 1994-11-06T08:49:37Z, RFC 9110's example.
+  EXPECT_EQ(ParseHttpDateNanos("Sun, 06 Nov 1994 08:49:37 GMT").value(), int64_t{784111777} * 1'000'000'000);
+  EXPECT_EQ(ParseHttpDateNanos("Wed, 12 Oct 2009 17:50:00 GMT").value(),
+            ParseRfc3339Nanos("2009-10-12T17:50:00Z").value());
+}
+
+TEST(HttpDateTest, RejectsOtherForms) {
+  for (const char* bad : {"", "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994",
+                          "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 06 Foo 1994 08:49:37 GMT",
+                          "Sun, 32 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:49:37 GMT"}) {
+    EXPECT_FALSE(ParseHttpDateNanos(bad).ok()) << bad;
   }
 }
 

@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "core/store/gcs/http.h"
-#include "tests/core/store/gcs/scripted_server.h"
+#include "core/store/http/http.h"
+#include "tests/core/store/http/scripted_server.h"
 
 namespace tensorfs {
 namespace {

@@ -36,8 +36,8 @@
 //
 // Thread-safety: none; one parser per response, used by one thread.
 // ParseHttpResponse is a pure function.
-#ifndef TENSORFS_CORE_STORE_GCS_HTTP_PARSER_H_
-#define TENSORFS_CORE_STORE_GCS_HTTP_PARSER_H_
+#ifndef TENSORFS_CORE_STORE_HTTP_HTTP_PARSER_H_
+#define TENSORFS_CORE_STORE_HTTP_HTTP_PARSER_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -150,4 +150,4 @@ ParsedHttpResponse ParseHttpResponse(std::string_view bytes, bool closed, const 
 
 }  // namespace tensorfs
 
-#endif  // TENSORFS_CORE_STORE_GCS_HTTP_PARSER_H_
+#endif  // TENSORFS_CORE_STORE_HTTP_HTTP_PARSER_H_

@@ -1,4 +1,4 @@
-#include "core/store/gcs/http.h"
+#include "core/store/http/http.h"
 
 #include <curl/curl.h>
 #include <poll.h>
@@ -533,10 +533,15 @@ class CurlHttpClient : public HttpClient {
     }
     curl_easy_setopt(h, CURLOPT_USERAGENT, options_.user_agent.c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
-    if (request.method == "POST") {
+    if (request.method == "POST" || request.method == "PUT") {
+      // A body from memory, its Content-Length given (0 for none, as an
+      // instance-metadata token PUT sends).
       curl_easy_setopt(h, CURLOPT_POST, 1L);
       curl_easy_setopt(h, CURLOPT_POSTFIELDS, request.body.data());
       curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+      if (request.method == "PUT") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+    } else if (request.method == "HEAD") {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);  // the answer's Content-Length is the object's: no body follows
     } else if (request.method != "GET") {
       curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, request.method.c_str());
     }

@@ -1,22 +1,14 @@
-#include "core/store/gcs/retry.h"
+#include "core/store/http/retry.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
 
-#include <nlohmann/json.hpp>
+#include <fmt/format.h>
+
 
 namespace tensorfs {
-namespace {
-
-std::string WithServerMessage(std::string text, const HttpResponse& r) {
-  std::string m = ServerErrorMessage(r.body);
-  if (!m.empty()) text += " (server said: " + m + ")";
-  return text;
-}
-
-}  // namespace
 
 JitterSource DefaultJitter() {
   return [] {
@@ -168,25 +160,6 @@ Status RetryLoop::Run(std::string_view what, const std::function<AttemptResult()
 
 bool IsRetryableHttpStatus(long status) { return status == 408 || status == 429 || (status >= 500 && status < 600); }
 
-std::string ServerErrorMessage(std::string_view body) {
-  if (body.empty() || body.front() != '{') return "";
-  nlohmann::json j = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
-  auto it = j.find("error");
-  if (it == j.end()) return "";
-  if (it->is_object()) {
-    auto m = it->find("message");
-    if (m != it->end() && m->is_string()) return m->get<std::string>();
-  } else if (it->is_string()) {
-    // OAuth token endpoints: {"error": "invalid_grant", "error_description": "..."}.
-    std::string s = it->get<std::string>();
-    auto d = j.find("error_description");
-    if (d != j.end() && d->is_string()) s += ": " + d->get<std::string>();
-    return s;
-  }
-  return "";
-}
-
 std::string FormatSeconds(std::chrono::nanoseconds duration) {
   const double s = std::chrono::duration<double>(duration).count();
   char buf[32];
@@ -198,10 +171,11 @@ std::string FormatSeconds(std::chrono::nanoseconds duration) {
   return buf;
 }
 
-AttemptResult ClassifyHttpResponse(const HttpResponse& r, const RequestContext& c) {
+std::optional<AttemptResult> ClassifyTransportFailure(const HttpResponse& r, std::string_view what,
+                                                      std::string_view object_url) {
   switch (r.error) {
     case TransportError::kNone:
-      break;
+      return std::nullopt;
     case TransportError::kConnectFailed:
       return AttemptResult::Transient(UnavailableError(r.Summary()), false, RetryCause::kConnect);
     case TransportError::kConnectionLost:
@@ -220,67 +194,64 @@ AttemptResult ClassifyHttpResponse(const HttpResponse& r, const RequestContext& 
                                       r.status == 0 ? RetryCause::kConnect : RetryCause::kStall);
     case TransportError::kTls:
       return AttemptResult::Permanent(UnavailableError(
-          "TLS failure while accessing " + c.object_url + ": " + r.Summary() +
+          "TLS failure while accessing " + std::string(object_url) + ": " + r.Summary() +
           "; check the system CA certificates (the ca-certificates package) and the endpoint URL"));
     case TransportError::kSinkOverflow:
       return AttemptResult::Permanent(InternalError(
-          "the server returned more bytes than requested for " + c.object_url +
+          "the server returned more bytes than requested for " + std::string(object_url) +
           "; the endpoint may not support Range requests"));
     case TransportError::kBodyTooLarge:
     case TransportError::kOther:
-      return AttemptResult::Permanent(InternalError(c.what + ": " + r.Summary()));
+      return AttemptResult::Permanent(InternalError(std::string(what) + ": " + r.Summary()));
   }
+  return AttemptResult::Permanent(InternalError(std::string(what) + ": " + r.Summary()));
+}
 
-  const long s = r.status;
-  if (IsRetryableHttpStatus(s)) {
-    return AttemptResult::Transient(UnavailableError(WithServerMessage("HTTP " + std::to_string(s), r)), false,
-                                    RetryCause::kHttpStatus, s);
+AttemptResult FromCredentialsError(const Status& s) {
+  const bool transient = s.code() == ErrorCode::kUnavailable || s.code() == ErrorCode::kDeadlineExceeded;
+  return transient ? AttemptResult::Transient(s, false, RetryCause::kCredentials) : AttemptResult::Permanent(s);
+}
+
+namespace {
+
+// How many failing ranges RetryWindows remembers, and for how long after their
+// last failure: long enough for the kernel (or a loader) to repeat a failed
+// read, short enough that a user trying again later gets a full window.
+constexpr size_t kRetryWindowCapacity = 1024;
+constexpr std::chrono::seconds kRetryWindowMemory{10};
+
+}  // namespace
+
+StoreRetries::StoreRetries(const RetryOptions& options, Clock& clock, JitterSource jitter, Metrics& metrics,
+                           std::string log_name)
+    : options_(options),
+      clock_(clock),
+      jitter_(std::move(jitter)),
+      metrics_(metrics),
+      health_(clock),
+      windows_(kRetryWindowCapacity, kRetryWindowMemory),
+      log_limiter_(clock, std::chrono::seconds(1), std::move(log_name)) {}
+
+Status StoreRetries::Run(const std::string& what, const std::function<AttemptResult()>& attempt,
+                         const RetryWindows::Range* range) {
+  RetryLoop loop(options_, clock_, jitter_);
+  RetryLoop::Hooks hooks;
+  hooks.health = &health_;
+  if (range != nullptr) {
+    hooks.window_start = [&](Clock::TimePoint now) { return windows_.Open(*range, now); };
+    hooks.on_progress = [&](Clock::TimePoint now) { windows_.Restart(*range, now); };
   }
-  switch (s) {
-    case 404:
-      if (c.generation.has_value()) {
-        return AttemptResult::Permanent(StaleError(c.object_url + " changed while mounted (generation " +
-                                                   c.generation->ToString() + " is gone)"));
-      }
-      if (c.is_listing) {
-        return AttemptResult::Permanent(NotFoundError(WithServerMessage(
-            "bucket gs://" + c.bucket + " not found (HTTP 404); check the bucket name in the URL", r)));
-      }
-      return AttemptResult::Permanent(NotFoundError(c.object_url + " not found"));
-    case 412:
-      return AttemptResult::Permanent(StaleError(
-          c.object_url + " changed while mounted (generation " +
-          (c.generation ? c.generation->ToString() : std::string("?")) + " is gone)"));
-    case 401: {
-      std::string fix = c.anonymous
-                            ? "the bucket is not public: drop -o anonymous to use Application Default "
-                              "Credentials, or pass -o key_file=PATH"
-                            : "the credentials may be expired, revoked or for another project: run "
-                              "'gcloud auth application-default login' or pass a valid service-account "
-                              "key with -o key_file=PATH";
-      return AttemptResult::Permanent(PermissionDeniedError(WithServerMessage(
-          "credentials rejected (HTTP 401) for " + c.object_url + " using " + c.credentials, r) + "; " + fix));
-    }
-    case 403: {
-      std::string fix = c.anonymous
-                            ? "the bucket does not allow public reads: drop -o anonymous to use Application "
-                              "Default Credentials, or pass -o key_file=PATH"
-                            : "grant that account roles/storage.objectViewer on gs://" + c.bucket +
-                                  ", or use other credentials (-o key_file=PATH)";
-      return AttemptResult::Permanent(PermissionDeniedError(
-          WithServerMessage("access denied (HTTP 403) to " + c.object_url + " using " + c.credentials, r) +
-          "; " + fix));
-    }
-    case 400:
-      return AttemptResult::Permanent(
-          InvalidArgumentError(WithServerMessage(c.what + ": bad request (HTTP 400)", r)));
-    case 416:
-      return AttemptResult::Permanent(InvalidArgumentError(
-          c.what + ": range not satisfiable (HTTP 416); the object is shorter than the read expects"));
-    default:
-      return AttemptResult::Permanent(
-          InternalError(WithServerMessage(c.what + ": unexpected HTTP " + std::to_string(s), r)));
-  }
+  hooks.on_retry = [&](int attempt_number, const AttemptResult& result, std::chrono::milliseconds delay) {
+    retries_.fetch_add(1, std::memory_order_relaxed);
+    metrics_.retries.Count(result.cause, result.http_status);
+    if (range != nullptr) windows_.Failed(*range, clock_.Now());
+    log_limiter_.Warn(fmt::format("{}: {}; retrying in {} ms (attempt {} failed)", what, result.status.message(),
+                                  delay.count(), attempt_number));
+  };
+  Status s = loop.Run(what, attempt, hooks);
+  if (loop.gave_up()) metrics_.retries.exhausted.fetch_add(1, std::memory_order_relaxed);
+  if (s.ok() && range != nullptr) windows_.Succeeded(*range);
+  return s;
 }
 
 }  // namespace tensorfs

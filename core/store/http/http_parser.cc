@@ -1,4 +1,4 @@
-#include "core/store/gcs/http_parser.h"
+#include "core/store/http/http_parser.h"
 
 #include <algorithm>
 #include <cstdio>

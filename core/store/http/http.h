@@ -1,7 +1,8 @@
-// HttpClient: the transport under the GCS backend. It performs one HTTP request
-// and reports what happened (a status and headers, or a transport failure, and
-// how many body bytes arrived). It never retries, never sleeps and never decides
-// what a failure means: the retry policy (retry.h) and GcsStore do that.
+// HttpClient: the one HTTP/1.1 transport under the object stores (GcsStore,
+// S3Store). It performs one HTTP request and reports what happened (a status
+// and headers, or a transport failure, and how many body bytes arrived). It
+// never retries, never sleeps and never decides what a failure means: the
+// retry policy (retry.h) and the stores do that.
 //
 // MakeCurlHttpClient() is the libcurl implementation: a pool of easy handles,
 // checked out per request and returned after, all sharing one CURLSH (connection
@@ -18,12 +19,12 @@
 // flow control on every byte (and the test server speaks HTTP/1.1, so what
 // runs is what is tested). TLS peer and host verification are always on.
 //
-// Tests substitute a scripted HttpClient (tests/core/store/gcs/fake_http.h).
+// Tests substitute a scripted HttpClient (tests/core/store/http/fakes.h).
 //
 // Thread-safety: HttpClient implementations are safe to call from many threads
 // at once; Perform() blocks the caller until the request completes.
-#ifndef TENSORFS_CORE_STORE_GCS_HTTP_H_
-#define TENSORFS_CORE_STORE_GCS_HTTP_H_
+#ifndef TENSORFS_CORE_STORE_HTTP_HTTP_H_
+#define TENSORFS_CORE_STORE_HTTP_HTTP_H_
 
 #include <chrono>
 #include <cstddef>
@@ -36,7 +37,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/store/gcs/http_parser.h"
+#include "core/store/http/http_parser.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
 
@@ -61,10 +62,10 @@ enum class TransportError {
 std::string_view TransportErrorName(TransportError e);
 
 struct HttpRequest {
-  std::string method = "GET";  // "GET" or "POST"
+  std::string method = "GET";  // "GET", "HEAD", "POST" or "PUT"
   std::string url;
   std::vector<std::string> headers;  // "Name: value"
-  std::string body;                  // sent for POST
+  std::string body;                  // sent for POST and PUT (with its Content-Length, 0 when empty)
 
   // When non-empty, a body accepted by `use_sink` is written straight into this
   // span (no intermediate copy) and HttpResponse::sink_bytes counts the bytes
@@ -127,4 +128,4 @@ StatusOr<std::unique_ptr<HttpClient>> MakeCurlHttpClient(const CurlHttpOptions& 
 
 }  // namespace tensorfs
 
-#endif  // TENSORFS_CORE_STORE_GCS_HTTP_H_
+#endif  // TENSORFS_CORE_STORE_HTTP_HTTP_H_

@@ -1,10 +1,11 @@
-// Byte-level encodings the GCS backend needs: percent-encoding for URL path
+// Byte-level encodings the stores need: percent-encoding for URL path
 // segments and query values, base64 (standard and URL-safe) for crc32c/md5
-// fields and JWTs, and RFC 3339 timestamps from object metadata.
+// fields and JWTs, RFC 3339 timestamps from object metadata, and HTTP dates
+// (Last-Modified).
 //
 // Thread-safety: pure functions; safe to call from any thread.
-#ifndef TENSORFS_CORE_STORE_GCS_ENCODING_H_
-#define TENSORFS_CORE_STORE_GCS_ENCODING_H_
+#ifndef TENSORFS_CORE_STORE_HTTP_ENCODING_H_
+#define TENSORFS_CORE_STORE_HTTP_ENCODING_H_
 
 #include <cstdint>
 #include <optional>
@@ -33,10 +34,14 @@ std::optional<std::string> Base64Decode(std::string_view in);
 // or with a "+hh:mm"/"-hh:mm" offset) into nanoseconds since the Unix epoch.
 StatusOr<int64_t> ParseRfc3339Nanos(std::string_view text);
 
+// Parses an HTTP date (RFC 9110 IMF-fixdate, "Sun, 06 Nov 1994 08:49:37 GMT")
+// into nanoseconds since the Unix epoch.
+StatusOr<int64_t> ParseHttpDateNanos(std::string_view text);
+
 // Decodes the crc32c field of an object resource: base64 of the checksum in
 // big-endian byte order. nullopt if it is not 4 bytes of valid base64.
 std::optional<uint32_t> DecodeCrc32c(std::string_view base64);
 
 }  // namespace tensorfs
 
-#endif  // TENSORFS_CORE_STORE_GCS_ENCODING_H_
+#endif  // TENSORFS_CORE_STORE_HTTP_ENCODING_H_

@@ -20,7 +20,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/store/gcs/http.h"
+#include "core/store/http/http.h"
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {

@@ -12,9 +12,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/store/gcs/http.h"
-#include "tests/core/store/gcs/fakes.h"
-#include "tests/core/store/gcs/scripted_server.h"
+#include "core/store/http/http.h"
+#include "tests/core/store/http/fakes.h"
+#include "tests/core/store/http/scripted_server.h"
 
 namespace tensorfs {
 namespace {

@@ -4,8 +4,8 @@
 // every request.
 //
 // Thread-safety: both may be used from several threads at once.
-#ifndef TENSORFS_TESTS_CORE_STORE_GCS_FAKES_H_
-#define TENSORFS_TESTS_CORE_STORE_GCS_FAKES_H_
+#ifndef TENSORFS_TESTS_CORE_STORE_HTTP_FAKES_H_
+#define TENSORFS_TESTS_CORE_STORE_HTTP_FAKES_H_
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/store/gcs/http.h"
-#include "core/store/gcs/retry.h"
+#include "core/store/http/http.h"
+#include "core/store/http/retry.h"
 #include "core/util/thread_annotations.h"
 
 namespace tensorfs::testing {
@@ -198,4 +198,4 @@ inline std::string RequestHeader(const HttpRequest& r, std::string_view name) {
 
 }  // namespace tensorfs::testing
 
-#endif  // TENSORFS_TESTS_CORE_STORE_GCS_FAKES_H_
+#endif  // TENSORFS_TESTS_CORE_STORE_HTTP_FAKES_H_

@@ -1,8 +1,8 @@
 // ScopedEnv: sets or unsets an environment variable for one test and restores
 // it afterwards. Not thread-safe (the environment is process-wide); use it on
 // the test's main thread before starting other threads.
-#ifndef TENSORFS_TESTS_CORE_STORE_GCS_SCOPED_ENV_H_
-#define TENSORFS_TESTS_CORE_STORE_GCS_SCOPED_ENV_H_
+#ifndef TENSORFS_TESTS_CORE_STORE_HTTP_SCOPED_ENV_H_
+#define TENSORFS_TESTS_CORE_STORE_HTTP_SCOPED_ENV_H_
 
 #include <cstdlib>
 #include <optional>
@@ -37,4 +37,4 @@ class ScopedEnv {
 
 }  // namespace tensorfs::testing
 
-#endif  // TENSORFS_TESTS_CORE_STORE_GCS_SCOPED_ENV_H_
+#endif  // TENSORFS_TESTS_CORE_STORE_HTTP_SCOPED_ENV_H_

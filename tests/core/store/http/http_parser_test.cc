@@ -1,14 +1,14 @@
 // HttpResponseParser over bytes alone: what it accepts (and how it frames the
 // body), and each malformed response it refuses, with the message naming what
 // was wrong. Also: such a response is a retryable error for the retry policy.
-#include "core/store/gcs/http_parser.h"
+#include "core/store/http/http_parser.h"
 
 #include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "core/store/gcs/retry.h"
+#include "core/store/http/retry.h"
 
 namespace tensorfs {
 namespace {
@@ -287,12 +287,11 @@ TEST(HttpParserTest, MalformedResponseIsARetryableTransportError) {
   HttpResponse r;
   r.error = TransportError::kMalformed;
   r.error_message = "Content-Length '-1' is not a decimal number of bytes below 2^63";
-  RequestContext context;
-  context.what = "read of bytes 0-9 of gs://b/o";
-  const AttemptResult result = ClassifyHttpResponse(r, context);
-  EXPECT_TRUE(result.retryable);
-  EXPECT_EQ(result.status.code(), ErrorCode::kUnavailable);
-  EXPECT_EQ(result.status.message(),
+  const std::optional<AttemptResult> result = ClassifyTransportFailure(r, "read of bytes 0-9 of gs://b/o", "gs://b/o");
+  ASSERT_TRUE(result.has_value());
+  EXPECT_TRUE(result->retryable);
+  EXPECT_EQ(result->status.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(result->status.message(),
             "malformed response (Content-Length '-1' is not a decimal number of bytes below 2^63)");
 }
 

@@ -1,4 +1,4 @@
-#include "core/store/gcs/encoding.h"
+#include "core/store/http/encoding.h"
 
 #include <array>
 #include <cctype>
@@ -170,6 +170,37 @@ StatusOr<int64_t> ParseRfc3339Nanos(std::string_view text) {
   int64_t days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
   int64_t seconds = days * 86400 + hour * 3600 + minute * 60 + second - offset_seconds;
   return seconds * 1'000'000'000 + nanos;
+}
+
+StatusOr<int64_t> ParseHttpDateNanos(std::string_view text) {
+  auto bad = [&] {
+    return InvalidArgumentError("date '" + std::string(text) +
+                                "' is not an HTTP date (expected like Sun, 06 Nov 1994 08:49:37 GMT)");
+  };
+  // "Sun, 06 Nov 1994 08:49:37 GMT": the weekday is not checked.
+  constexpr std::string_view kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  if (text.size() != 29 || text.substr(3, 2) != ", " || text[7] != ' ' || text[11] != ' ' || text[16] != ' ' ||
+      text.substr(25) != " GMT") {
+    return bad();
+  }
+  size_t pos = 5;
+  int day = 0, year = 0, hour = 0, minute = 0, second = 0;
+  if (!ReadDigits(text, pos, 2, day)) return bad();
+  int month = 0;
+  for (int i = 0; i < 12; ++i) {
+    if (text.substr(8, 3) == kMonths[i]) month = i + 1;
+  }
+  pos = 12;
+  if (month == 0 || !ReadDigits(text, pos, 4, year)) return bad();
+  pos = 17;
+  if (!ReadDigits(text, pos, 2, hour) || !Expect(text, pos, ':') || !ReadDigits(text, pos, 2, minute) ||
+      !Expect(text, pos, ':') || !ReadDigits(text, pos, 2, second)) {
+    return bad();
+  }
+  if (day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) return bad();
+  const int64_t days = DaysFromCivil(year, static_cast<unsigned>(month), static_cast<unsigned>(day));
+  return (days * 86400 + hour * 3600 + minute * 60 + second) * 1'000'000'000;
 }
 
 std::optional<uint32_t> DecodeCrc32c(std::string_view base64) {

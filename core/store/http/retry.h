@@ -1,5 +1,5 @@
-// The retry policy of the GCS backend, kept apart from the transport so it can
-// be tested with a fake clock and no real sleeps.
+// The retry policy of the HTTP stores (GcsStore, S3Store), kept apart from the
+// transport so it can be tested with a fake clock and no real sleeps.
 //
 //  - Clock (core/util/clock.h): Now(), Sleep() and WaitFor(), injected;
 //    SystemClock() is the real one.
@@ -14,20 +14,24 @@
 //    instead of opening a fresh one.
 //  - RetryLoop: runs one operation's attempts until success, a permanent error,
 //    or the retry deadline; composes the "gave up after N attempts" message.
-//  - ClassifyHttpResponse: what an HTTP outcome means (which Status, whether
-//    another attempt could help, and the cause counted in the metrics). This is
-//    the one place HTTP statuses and transport failures become ErrorCodes.
+//  - StoreRetries: what one store's requests share (an EndpointHealth,
+//    RetryWindows, the retry counters in Metrics, a rate-limited log line per
+//    retry), and Run(), which drives one operation's RetryLoop with them.
+//  - ClassifyTransportFailure: what a failure below HTTP means (which Status,
+//    whether another attempt could help, the cause counted in the metrics), for
+//    every store; each store maps HTTP statuses itself (gcs/gcs_errors.h,
+//    s3/s3_errors.h).
 //
 // Retried: HTTP 408, 429, 5xx; connection refused/reset/lost, timeouts and
-// stalls; a body cut short; a malformed response. Not retried: 400, 401 (the store refreshes the token
-// once itself), 403, 404, 412, 416 and any other 4xx; TLS failures.
+// stalls; a body cut short; a malformed response. Not retried: TLS failures,
+// and the 4xx statuses each store names.
 //
 // Thread-safety: Backoff and RetryLoop are per-operation objects used by one
-// thread. EndpointHealth and RetryWindows are shared by all of a store's
-// requests and safe to use from any thread (their mutexes are leaf locks).
-// SystemClock() is safe from any thread. ClassifyHttpResponse is pure.
-#ifndef TENSORFS_CORE_STORE_GCS_RETRY_H_
-#define TENSORFS_CORE_STORE_GCS_RETRY_H_
+// thread. EndpointHealth, RetryWindows and StoreRetries are shared by all of a
+// store's requests and safe to use from any thread (their mutexes are leaf
+// locks). SystemClock() is safe from any thread. The classifiers are pure.
+#ifndef TENSORFS_CORE_STORE_HTTP_RETRY_H_
+#define TENSORFS_CORE_STORE_HTTP_RETRY_H_
 
 #include <atomic>
 #include <chrono>
@@ -39,8 +43,9 @@
 #include <vector>
 
 #include "core/metrics/metrics.h"
-#include "core/store/gcs/http.h"
+#include "core/store/http/http.h"
 #include "core/util/clock.h"
+#include "core/util/log_limiter.h"
 #include "core/util/status.h"
 #include "core/util/thread_annotations.h"
 #include "core/util/types.h"
@@ -142,7 +147,7 @@ class RetryWindows {
  public:
   struct Range {
     std::string object;  // the full object name
-    int64_t generation = 0;
+    Generation generation;
     uint64_t first = 0;  // byte range [first, last]
     uint64_t last = 0;
   };
@@ -231,33 +236,52 @@ class RetryLoop {
   bool gave_up_ = false;
 };
 
-// What a request was, for error messages.
-struct RequestContext {
-  std::string what;         // "read of bytes 0-1023 of gs://b/m.safetensors (generation 17)"
-  std::string object_url;   // "gs://b/m.safetensors", or "gs://b" for bucket-level calls
-  std::string bucket;
-  std::string credentials;  // CredentialsProvider::Describe()
-  bool anonymous = false;   // no credentials were sent
-  std::optional<Generation> generation;  // set when the request is pinned to one
-  bool is_listing = false;
+// The retry state one store's requests share, and the loop that uses it: an
+// EndpointHealth (a request back through wakes those waiting to reconnect),
+// RetryWindows (a read's window continues an earlier failure of its bytes),
+// the retry counters of `metrics`, and one rate-limited warning per retry.
+class StoreRetries {
+ public:
+  // `log_name` names the warnings' rate limiter ("GCS request retries").
+  // `clock` and `metrics` must outlive this.
+  StoreRetries(const RetryOptions& options, Clock& clock, JitterSource jitter, Metrics& metrics,
+               std::string log_name);
+
+  // Runs one operation's attempts, counting and logging its retries. With
+  // `range`, a read's: its window continues an earlier failure of those bytes.
+  Status Run(const std::string& what, const std::function<AttemptResult()>& attempt,
+             const RetryWindows::Range* range = nullptr);
+
+  // Attempts after the first, over all operations so far.
+  uint64_t retries() const { return retries_.load(std::memory_order_relaxed); }
+
+ private:
+  const RetryOptions options_;
+  Clock& clock_;
+  const JitterSource jitter_;
+  Metrics& metrics_;
+  EndpointHealth health_;
+  RetryWindows windows_;
+  LogRateLimiter log_limiter_;
+  std::atomic<uint64_t> retries_{0};
 };
 
-// Maps an HTTP outcome that is not a success to a Status, retryability and
-// cause. Permanent errors get a self-contained message naming the object and
-// saying what to fix; transient ones a short description of the last error,
-// which RetryLoop puts after "<what>: gave up after ...". A response with
-// transport_ok() and a 2xx status is a success and must not be passed here.
-AttemptResult ClassifyHttpResponse(const HttpResponse& response, const RequestContext& context);
+// A failure below HTTP (response.transport_ok() false) as an AttemptResult;
+// nullopt when the transport succeeded and the status is the store's to judge.
+// `what` and `object_url` name the request in permanent errors.
+std::optional<AttemptResult> ClassifyTransportFailure(const HttpResponse& response, std::string_view what,
+                                                      std::string_view object_url);
+
+// A credentials error met before a request could be sent: transient
+// (kUnavailable, kDeadlineExceeded: worth another attempt) or permanent.
+AttemptResult FromCredentialsError(const Status& status);
 
 // True for the HTTP statuses worth retrying: 408, 429 and 5xx.
 bool IsRetryableHttpStatus(long status);
-
-// "error.message" from a JSON error body, or "" if the body is not one.
-std::string ServerErrorMessage(std::string_view body);
 
 // "1.5 s", "120 s".
 std::string FormatSeconds(std::chrono::nanoseconds duration);
 
 }  // namespace tensorfs
 
-#endif  // TENSORFS_CORE_STORE_GCS_RETRY_H_
+#endif  // TENSORFS_CORE_STORE_HTTP_RETRY_H_

@@ -3,8 +3,8 @@
 // sends, what it makes of malformed or odd responses, connection reuse).
 //
 // Thread-safety: the accessors may be called from any thread while it serves.
-#ifndef TENSORFS_TESTS_CORE_STORE_GCS_SCRIPTED_SERVER_H_
-#define TENSORFS_TESTS_CORE_STORE_GCS_SCRIPTED_SERVER_H_
+#ifndef TENSORFS_TESTS_CORE_STORE_HTTP_SCRIPTED_SERVER_H_
+#define TENSORFS_TESTS_CORE_STORE_HTTP_SCRIPTED_SERVER_H_
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -121,4 +121,4 @@ class ScriptedServer {
 
 }  // namespace tensorfs::testing
 
-#endif  // TENSORFS_TESTS_CORE_STORE_GCS_SCRIPTED_SERVER_H_
+#endif  // TENSORFS_TESTS_CORE_STORE_HTTP_SCRIPTED_SERVER_H_
