@@ -30,15 +30,16 @@ namespace tensorfs {
 namespace {
 
 constexpr char kDescription[] =
-    "tensorfs mounts safetensors checkpoints from Google Cloud Storage or a local directory, read-only,\n"
-    "for loaders that open, read and mmap the files.\n\n"
+    "tensorfs mounts safetensors checkpoints from Google Cloud Storage, Amazon S3 (or an S3-compatible\n"
+    "store) or a local directory, read-only, for loaders that open, read and mmap the files.\n\n"
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
     "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
     "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
-    "SOURCE is a local directory or gs://bucket[/prefix]. MOUNTPOINT is a directory, or /dev/fd/N: a\n"
-    "/dev/fuse descriptor that a parent has opened and mounted (fd=N) and hands over; tensorfs then\n"
-    "serves it without mounting or privileges. Options can also be given fstab-style: -o name[=value],...\n\n";
+    "SOURCE is a local directory, gs://bucket[/prefix] or s3://bucket[/prefix]. MOUNTPOINT is a\n"
+    "directory, or /dev/fd/N: a /dev/fuse descriptor that a parent has opened and mounted (fd=N) and\n"
+    "hands over; tensorfs then serves it without mounting or privileges. Options can also be given\n"
+    "fstab-style: -o name[=value],...\n\n";
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tensorfs: %s\n", status.message().c_str());
@@ -81,7 +82,7 @@ int ValidateAndMount(MountOptions options) {
     if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "dir/" -> "dir"
     if (!ec) path = p.string();
   };
-  if (!options.source.empty() && !options.source.starts_with("gs://")) make_absolute(options.source);
+  if (!options.source.empty() && !IsObjectStoreSource(options.source)) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
   if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
@@ -124,7 +125,8 @@ int Main(int argc, char** argv) {
 
   MountOptions options;
   std::vector<std::pair<std::string, std::optional<std::string>>> given;  // in command-line order
-  app.add_option("SOURCE", options.source, "local directory or gs://bucket[/prefix] holding the checkpoint(s)");
+  app.add_option("SOURCE", options.source,
+                 "local directory, gs://bucket[/prefix] or s3://bucket[/prefix] holding the checkpoint(s)");
   app.add_option("MOUNTPOINT", options.mountpoint, "existing directory to mount on");
   std::vector<std::string> o_lists;
   app.add_option("-o", o_lists, "comma-separated options, as in fstab: -o allow_other,log_level=debug")
@@ -154,10 +156,11 @@ int Main(int argc, char** argv) {
   std::vector<std::string> inspect_o_lists;
   bool inspect_json = false;
   std::string inspect_regex;
-  inspect->add_option("-o", inspect_o_lists, "source options, e.g. -o endpoint=URL,key_file=PATH")
+  inspect->add_option("-o", inspect_o_lists, "source options, e.g. -o endpoint=URL,key_file=PATH or -o region=REGION")
       ->type_name("OPTS")
       ->allow_extra_args(false);
-  inspect->add_option("SOURCE", inspect_options.source, "checkpoint directory or gs://bucket/prefix")->required();
+  inspect->add_option("SOURCE", inspect_options.source, "checkpoint directory, gs://bucket/prefix or s3://bucket/prefix")
+      ->required();
   inspect->add_flag("--json", inspect_json, "print JSON for machines");
   inspect->add_option("--layer-regex", inspect_regex, "override the layer grouping (see tensorfs --help)");
 

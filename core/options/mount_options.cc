@@ -213,8 +213,10 @@ const std::array kOptions = {
                  return OkStatus();
                }},
     OptionSpec{"endpoint", "URL",
-               "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
-               "$STORAGE_EMULATOR_HOST if set, else https://storage.googleapis.com)",
+               "gs://: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: $STORAGE_EMULATOR_HOST if "
+               "set, else https://storage.googleapis.com); s3://: an S3-compatible store, e.g. "
+               "https://minio.example:9000 (default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, the profile's "
+               "endpoint_url, else AWS)",
                [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a URL");
                  o.endpoint = std::string(v);
@@ -231,7 +233,7 @@ const std::array kOptions = {
     OptionSpec{"anonymous", "", "gs:// only: send no credentials (public buckets)",
                [](MountOptions& o, std::string_view v) { return SetFlag(o.anonymous, v); }},
     OptionSpec{"retry_deadline", "SECONDS",
-               "gs:// only: how long a request retries transient errors before the read fails with "
+               "gs:// and s3://: how long a request retries transient errors before the read fails with "
                "EIO (default 120)",
                [](MountOptions& o, std::string_view v) {
                  return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
@@ -256,17 +258,52 @@ const std::array kOptions = {
                  return OkStatus();
                }},
     OptionSpec{"stall_timeout", "SECONDS",
-               "gs:// only: abandon (and retry) a response that delivers no bytes for this long "
+               "gs:// and s3://: abandon (and retry) a response that delivers no bytes for this long "
                "(default 30)",
                [](MountOptions& o, std::string_view v) {
                  return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
                }},
     OptionSpec{"ca_file", "PATH",
-               "gs:// only: verify the https endpoint's certificate against this PEM CA bundle instead "
-               "of the system's CA certificates (private endpoints, test servers)",
+               "gs:// and s3://: verify the https endpoint's certificate against this PEM CA bundle instead "
+               "of the system's CA certificates (private endpoints, test servers; s3:// default: "
+               "$AWS_CA_BUNDLE)",
                [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a path to a PEM file of CA certificates");
                  o.ca_file = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"region", "REGION",
+               "s3:// only: the bucket's region, e.g. eu-west-1 (auto for Cloudflare R2) (default: $AWS_REGION, "
+               "$AWS_DEFAULT_REGION, the profile's region, else found from the bucket)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a region name such as eu-west-1");
+                 o.region = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"force_path_style", "",
+               "s3:// only: address the bucket in the path (https://host/bucket/key), as MinIO without "
+               "MINIO_DOMAIN needs (default: virtual-hosted, https://bucket.host/key, where possible)",
+               [](MountOptions& o, std::string_view v) { return SetFlag(o.force_path_style, v); }},
+    OptionSpec{"profile", "NAME",
+               "s3:// only: take credentials (and region, endpoint) from this profile of ~/.aws/credentials "
+               "and ~/.aws/config, and from nothing else (default: the AWS credential chain, profile "
+               "$AWS_PROFILE or default)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a profile name");
+                 o.profile = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{"no_sign_request", "", "s3:// only: send unsigned requests, read no credentials (public buckets)",
+               [](MountOptions& o, std::string_view v) { return SetFlag(o.no_sign_request, v); }},
+    OptionSpec{"requester_pays", "",
+               "s3:// only: read a requester-pays bucket, the requests billed to these credentials' account",
+               [](MountOptions& o, std::string_view v) { return SetFlag(o.requester_pays, v); }},
+    OptionSpec{"expected_bucket_owner", "ACCOUNT_ID",
+               "s3:// only: the 12-digit AWS account that must own the bucket; S3 refuses the requests "
+               "otherwise (default: not checked)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a 12-digit AWS account ID");
+                 o.expected_bucket_owner = std::string(v);
                  return OkStatus();
                }},
 };
@@ -398,13 +435,33 @@ StatusOr<std::string> FitEngineToCache(MountOptions& options) {
          "choose other values";
 }
 
+bool IsObjectStoreSource(std::string_view source) {
+  return source.starts_with("gs://") || source.starts_with("s3://");
+}
+
 Status ValidateMountOptions(MountOptions& options) {
   if (options.source.empty()) {
-    return InvalidArgumentError("missing SOURCE: give a local directory or gs://bucket[/prefix]");
+    return InvalidArgumentError("missing SOURCE: give a local directory, gs://bucket[/prefix] or s3://bucket[/prefix]");
   }
-  if (!options.source.starts_with("gs://") &&
-      (!options.endpoint.empty() || !options.key_file.empty() || options.anonymous || !options.ca_file.empty())) {
-    return InvalidArgumentError("the endpoint, key_file, anonymous and ca_file options apply to gs:// sources only");
+  const bool gcs = options.source.starts_with("gs://");
+  const bool s3 = options.source.starts_with("s3://");
+  if (!gcs && !s3 && (!options.endpoint.empty() || !options.ca_file.empty())) {
+    return InvalidArgumentError("the endpoint and ca_file options apply to gs:// and s3:// sources only");
+  }
+  if (!gcs && (!options.key_file.empty() || options.anonymous)) {
+    return InvalidArgumentError(std::string("the key_file and anonymous options apply to gs:// sources only") +
+                                (s3 ? "; for s3:// use profile=NAME or no_sign_request" : ""));
+  }
+  for (const char* name :
+       {"region", "force_path_style", "profile", "no_sign_request", "requester_pays", "expected_bucket_owner"}) {
+    if (!s3 && options.given.contains(name)) {
+      return InvalidArgumentError("option " + std::string(name) + " applies to s3:// sources only" +
+                                  (gcs && std::string_view(name) == "no_sign_request" ? "; for gs:// use anonymous"
+                                                                                      : ""));
+    }
+  }
+  if (options.no_sign_request && !options.profile.empty()) {
+    return InvalidArgumentError("give either no_sign_request or profile=" + options.profile + ", not both");
   }
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
@@ -424,7 +481,7 @@ Status ValidateMountOptions(MountOptions& options) {
   // kernel received in full are kept for re-reads through other files (views)
   // only as far as one chunk: fetching them again is a copy from the page
   // cache, and each one kept is a buffer the next fetch cannot reuse.
-  if (!options.source.starts_with("gs://")) {
+  if (!IsObjectStoreSource(options.source)) {
     if (!options.given.contains("max_fetches")) options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
     if (!options.given.contains("prefetch_window")) {
       options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);
