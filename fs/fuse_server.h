@@ -79,12 +79,13 @@ class FuseServer {
   void SetReadahead(uint64_t bytes);
 
  private:
-  FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
-      : ns_(ns), options_(options), metrics_(metrics) {}
+  FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics);
 
   Namespace& ns_;
   const MountOptions& options_;
   Metrics& metrics_;
+  const uid_t uid_;  // every node's owner: options_.uid, else the user we run as
+  const gid_t gid_;
   fuse_session* session_ = nullptr;
   int fuse_fd_ = -1;  // N of /dev/fd/N, or -1 when Mount() mounted a directory
   pthread_t loop_thread_{};  // the thread that called Mount() and runs Run()

@@ -21,6 +21,7 @@
 #include "core/store/open_store.h"
 #include "core/util/logging.h"
 #include "fs/exit_status.h"
+#include "fs/gke_sidecar.h"
 #include "fs/handoff.h"
 #include "fs/mount_params.h"
 #include "fs/startup.h"
@@ -35,7 +36,9 @@ constexpr char kDescription[] =
     "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
     "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
     "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
-    "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
+    "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n"
+    "  tensorfs gke-sidecar [--tmp-dir DIR]   be the gke-gcsfuse-sidecar of GKE's Cloud Storage FUSE CSI\n"
+    "                                         driver (see docs/GKE.md)\n\n"
     "SOURCE is a local directory, gs://bucket[/prefix] or s3://bucket[/prefix]. MOUNTPOINT is a\n"
     "directory, or /dev/fd/N: a /dev/fuse descriptor that a parent has opened and mounted (fd=N) and\n"
     "hands over; tensorfs then serves it without mounting or privileges. Options can also be given\n"
@@ -179,6 +182,13 @@ int Main(int argc, char** argv) {
   int handoff_wait_s = 30;
   handoff->add_option("SOCKET_DIR", handoff_dir, "directory holding the node plugin's sockets")->required();
   handoff->add_option("--wait", handoff_wait_s, "seconds to wait for the first socket (default 30)");
+  CLI::App* gke = app.add_subcommand("gke-sidecar", "be the gke-gcsfuse-sidecar container of GKE's Cloud Storage "
+                                                    "FUSE CSI driver: serve each volume its node plugin hands over "
+                                                    "under TMP/.volumes, one child tensorfs per volume");
+  std::string gke_tmp_dir = "/gcsfuse-tmp";
+  gke->add_option("--tmp-dir", gke_tmp_dir, "the pod's gke-gcsfuse-tmp emptyDir (default /gcsfuse-tmp)")
+      ->type_name("DIR");
+  gke->allow_extras();  // klog's --v=5, which the driver's webhook passes
   bool print_mount_params = false;
   app.add_flag("--print-mount-params", print_mount_params,
                "print the mount(2) data, flags and read_ahead_kb that a parent mounting for "
@@ -190,12 +200,26 @@ int Main(int argc, char** argv) {
     const int rc = app.exit(e);  // --help is a "success" ParseError
     return rc == 0 ? 0 : static_cast<int>(ExitStatus::kUsage);
   }
-  if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
+  // What the subcommands log goes to stderr: their stdout is the report (JSON with --json).
+  if (stats->parsed()) {
+    SetUpLogging("info");
+    return RunStats(stats_mountpoint, stats_json);
+  }
   if (handoff->parsed()) {
     SetUpLogging("info");
     return RunHandoff(handoff_dir, std::chrono::seconds(handoff_wait_s));
   }
+  if (gke->parsed()) {
+    // Children inherit the environment: their log lines must have the shape
+    // the sidecar relays (a container has no systemd to talk to anyway).
+    ::unsetenv("NOTIFY_SOCKET");
+    ::unsetenv("JOURNAL_STREAM");
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a line relayed is a line seen
+    SetUpSplitLogging("info");
+    return RunGkeSidecar(GkeSidecarOptionsFrom(gke_tmp_dir, gke->remaining(), std::getenv("NATIVE_SIDECAR")));
+  }
   if (inspect->parsed()) {
+    SetUpLogging("info");
     for (const std::string& list : inspect_o_lists) {
       if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
     }

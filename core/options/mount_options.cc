@@ -49,6 +49,29 @@ Status ParseSize(std::string_view name, std::string_view value, uint64_t& out) {
   return OkStatus();
 }
 
+// A user or group id: a whole number below 2^32 - 1 (which means "none").
+Status ParseId(std::string_view name, std::string_view value, std::optional<uint32_t>& out) {
+  uint32_t id = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), id);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || id == UINT32_MAX) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) + ": expected a numeric id such as 1000");
+  }
+  out = id;
+  return OkStatus();
+}
+
+// Permission bits in octal, as chmod takes them: "644", "0755".
+Status ParseMode(std::string_view name, std::string_view value, uint32_t& out) {
+  uint32_t mode = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mode, 8);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || mode > 0777) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) +
+                                ": expected permission bits in octal, from 0 to 777, such as 644");
+  }
+  out = mode;
+  return OkStatus();
+}
+
 Status SetFlag(bool& field, std::string_view value) {
   if (!value.empty()) return InvalidArgumentError("takes no value");
   field = true;
@@ -69,6 +92,21 @@ const std::array kOptions = {
                [](MountOptions&, std::string_view v) {
                  return v.empty() ? OkStatus() : InvalidArgumentError("takes no value");
                }},
+    OptionSpec{"uid", "UID",
+               "the owner every file and directory reports, a numeric user id (default: the user tensorfs "
+               "runs as)",
+               [](MountOptions& o, std::string_view v) { return ParseId("uid", v, o.uid); }},
+    OptionSpec{"gid", "GID",
+               "the group every file and directory reports, a numeric group id (default: the group tensorfs "
+               "runs as)",
+               [](MountOptions& o, std::string_view v) { return ParseId("gid", v, o.gid); }},
+    OptionSpec{"file_mode", "MODE",
+               "the permission bits files report, in octal; the kernel checks them against uid and gid "
+               "(default 444)",
+               [](MountOptions& o, std::string_view v) { return ParseMode("file_mode", v, o.file_mode); }},
+    OptionSpec{"dir_mode", "MODE",
+               "the permission bits directories report, in octal (default 555)",
+               [](MountOptions& o, std::string_view v) { return ParseMode("dir_mode", v, o.dir_mode); }},
     OptionSpec{"max_threads", "N", "FUSE worker threads (default 16)",
                [](MountOptions& o, std::string_view v) {
                  double n = 0;
@@ -210,6 +248,14 @@ const std::array kOptions = {
                                                ": give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::");
                  }
                  o.prometheus_address = address;
+                 return OkStatus();
+               }},
+    OptionSpec{"prometheus_socket", "PATH",
+               "serve the Prometheus metrics (those of prometheus_port) on a Unix socket at PATH, at every HTTP "
+               "path, as GKE's CSI node plugin scrapes them (default: none)",
+               [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.prometheus_socket = std::string(v);
                  return OkStatus();
                }},
     OptionSpec{"endpoint", "URL",

@@ -37,6 +37,12 @@ struct MountOptions {
   // FuseQueueLimits).
   int max_background = 0;
   int congestion_threshold = 0;
+  // What the mount reports as every node's owner and permission bits (the
+  // kernel checks them: default_permissions). nullopt: the user tensorfs runs as.
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  uint32_t file_mode = 0444;
+  uint32_t dir_mode = 0555;
   double attr_timeout_s = 3600;   // kernel attribute cache lifetime
   double entry_timeout_s = 3600;  // kernel dentry cache lifetime
   std::string layer_regex;        // overrides the built-in layer grouping rules
@@ -54,6 +60,7 @@ struct MountOptions {
   std::string error_file;  // a start-up failure's reason is written here too ("" = none)
   int prometheus_port = 0;  // serve GET /metrics on prometheus_address:port; 0: off
   std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
+  std::string prometheus_socket;  // also (or instead) serve them on this Unix socket ("" = none)
 
   // gs:// and s3:// sources.
   // gs://: the JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS); s3://:

@@ -246,7 +246,7 @@ StatusOr<std::vector<DirEntry>> Namespace::ReadDir(NodeId id) {
   return entries;
 }
 
-Status Namespace::Open(NodeId id) {
+Status Namespace::Open(NodeId id, ReaderId reader) {
   std::string object;
   {
     MutexLock lock(mu_);
@@ -259,7 +259,7 @@ Status Namespace::Open(NodeId id) {
     if (node->view == nullptr) object = node->object.name;
   }
   // Before the open is answered: the kernel sets the file's readahead then.
-  if (!object.empty()) engine_.Opening(object);
+  if (!object.empty()) engine_.Opening(object, reader);
   return OkStatus();
 }
 

@@ -86,8 +86,9 @@ class Namespace {
   // Entries in name order, without "." and "..".
   StatusOr<std::vector<DirEntry>> ReadDir(NodeId dir) EXCLUDES(mu_);
   // Checks that `node` is a file that can be opened for reading, and gives
-  // an object's file its readahead (ReadEngine::Opening) before it returns.
-  Status Open(NodeId node) EXCLUDES(mu_);
+  // an object's file its readahead (ReadEngine::Opening: the one the
+  // process opening it, `reader`'s, gets) before it returns.
+  Status Open(NodeId node, ReaderId reader = {}) EXCLUDES(mu_);
   // Reads up to `size` bytes at `offset` (fewer at the end of the file, none past
   // it). `done` is called exactly once, on any thread, maybe before Read returns.
   // `reader` is the open file the read is for (see ReaderId).

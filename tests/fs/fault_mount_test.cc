@@ -5,12 +5,9 @@
 // than stall_timeout and retried, and every retry shows in `tensorfs stats` and
 // on the Prometheus endpoint, counted by cause. How long each took is printed,
 // never asserted: the machine's load decides that, not the code.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -19,7 +16,6 @@
 #include <atomic>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <regex>
 #include <thread>
 
@@ -33,7 +29,10 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::GcsTestServer;
+using testing::MountStats;
+using testing::ReadFile;
 using testing::ReadWhole;
+using testing::WaitUntil;
 using testing::RunCommand;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
@@ -43,70 +42,24 @@ using nlohmann::json;
 constexpr char kBlob[] = "blob.bin";
 constexpr size_t kBlobSize = 4 << 20;
 
-// Reads a whole file with read(); returns errno on failure.
-int ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return errno;
-  out->clear();
-  std::vector<char> buf(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) out->append(buf.data(), static_cast<size_t>(n));
-  int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
-}
-
-// The counters `tensorfs stats --json` prints, read the same way.
-json MountStats(const std::string& mountpoint) {
-  std::vector<char> buf(1 << 20);
-  ssize_t n = ::getxattr(mountpoint.c_str(), "user.tensorfs.stats", buf.data(), buf.size());
-  if (n < 0) return json();
-  return json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
-}
-
-// Polls `done` until it holds; false after 60 s, which only a hang takes.
-template <typename Predicate>
-bool WaitUntil(Predicate done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+// The Prometheus port of the mounts here: the test's network namespace is its
+// own (the test sandbox), so nothing else holds it.
+constexpr int kPrometheusPort = 9464;
 
 class FaultMountTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
-    std::mt19937 rng(7);
-    blob_ = new std::string(kBlobSize, '\0');
-    for (char& c : *blob_) c = static_cast<char>(rng());
-    testing::WriteFile(data_->path() + "/faults/" + kBlob, *blob_);
+    blob_ = new std::string(testing::RandomBytes(kBlobSize, 7));
+    const std::string& data = testing::SharedData("fault_mount_test/blob-4MiB-7", [](const std::string& dir) {
+      testing::WriteFile(dir + "/faults/" + kBlob, testing::RandomBytes(kBlobSize, 7));
+    });
     std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path()}, &error).release();
+    server_ = GcsTestServer::Start({.data_dir = data}, &error).release();
     ASSERT_NE(server_, nullptr) << error;
   }
   static void TearDownTestSuite() {
     delete server_;
     delete blob_;
-    delete data_;
   }
   void SetUp() override {
     if (!server_->running()) {
@@ -123,11 +76,9 @@ class FaultMountTest : public ::testing::Test {
     return mount;
   }
 
-  static testing::TempDir* data_;
   static std::string* blob_;
   static GcsTestServer* server_;
 };
-testing::TempDir* FaultMountTest::data_ = nullptr;
 std::string* FaultMountTest::blob_ = nullptr;
 GcsTestServer* FaultMountTest::server_ = nullptr;
 
@@ -148,15 +99,15 @@ TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
     finished = true;
   });
   // Refused three times: the read is backing off when the server returns.
-  const bool waited = WaitUntil([&] {
+  const ::testing::AssertionResult waited = WaitUntil([&] {
     const json stats = MountStats(mount->path());
     return stats.is_object() && stats["retries"]["by_cause"].value("connect", 0) >= 3;
-  });
+  }, "a third connect retry");
   EXPECT_FALSE(finished.load()) << "the read gave up while the server was down";
   const auto back = std::chrono::steady_clock::now();
   ASSERT_TRUE(server_->Restart());  // returns once the server answers
   reader.join();
-  ASSERT_TRUE(waited) << "no third connect retry within 60 s\n" << mount->Log();
+  ASSERT_TRUE(waited) << mount->Log();
   ASSERT_EQ(err, 0) << mount->Log();
   EXPECT_TRUE(got == *blob_);
   std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart\n";
@@ -212,8 +163,7 @@ TEST_F(FaultMountTest, StalledResponseIsDroppedNoSoonerThanTheStallTimeoutAndRet
 }
 
 TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpoint) {
-  const int port = FreePort();
-  ASSERT_NE(port, 0);
+  const int port = kPrometheusPort;
   auto mount = Mount("retry_deadline=30,stall_timeout=2,prometheus_port=" + std::to_string(port));
   ASSERT_NE(mount, nullptr);
   const std::string path = mount->path() + "/" + kBlob;
@@ -258,7 +208,7 @@ TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpo
   EXPECT_THAT(scrape.output, HasSubstr("tensorfs_reads_failed_eio_total 0\n"));
 
   // Five retry warnings within a few seconds: the log says how many it held back.
-  ASSERT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(10)));
+  ASSERT_TRUE(mount->StopWith(SIGTERM));
   EXPECT_THAT(mount->Log(), HasSubstr("similar warning"));
 }
 
