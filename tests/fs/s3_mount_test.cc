@@ -16,7 +16,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -33,6 +33,8 @@ namespace {
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
 using testing::GcsTestServer;
+using testing::RandomBytes;
+using testing::ReadFile;
 using testing::ReadWhole;
 using testing::RunCommand;
 using testing::SameBytes;
@@ -48,33 +50,13 @@ constexpr char kContainerToken[] = "container-token-for-the-mount-test";
 constexpr char kShard[] = "llama/model-00001-of-00002.safetensors";
 const std::vector<std::string> kOddNames = {"with space.txt", "ünïcødé.json", "plus+1", "tilde~x", "hash#1",
                                             "q?x",            "pct%20",       "a/b/c.txt"};
-// Replaced while mounted: large enough that a mount with an 8 MiB cache and a
-// 4 MiB prefetch window has not fetched its end when its head was read.
-constexpr char kReplaced[] = "replaced/blob.bin";
-constexpr size_t kReplacedSize = 32 << 20;
-constexpr char kSmallCache[] = "cache_size=8M,chunk_size=1M,max_fetches=2,prefetch_window=4M";
 
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&s[i], &v, 8);
-  }
-  return s;
-}
-
-// Reads a whole file with read(); returns errno on failure.
-int ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return errno;
-  out->clear();
-  std::vector<char> buf(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) out->append(buf.data(), static_cast<size_t>(n));
-  const int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
+// The server's flags: signatures required, the access key, a bucket in
+// another region, and the credential endpoints' secrets.
+std::vector<std::string> AwsServerArgs() {
+  return {"--require-auth", "--s3-key", std::string(kKeyId) + ":" + kSecret, "--s3-bucket-region",
+          "westckpt=eu-west-1", "--sts-web-identity-token", kWebIdentityToken, "--sts-role-arn", kRoleArn,
+          "--container-token", kContainerToken};
 }
 
 // Replaces a file as an upload does: a new file renamed over the old one.
@@ -94,11 +76,13 @@ class AwsEnvironment : public testing::ScopedAwsEnvironment {
   }
 };
 
-class S3MountTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
-    const std::string bucket = data_->path() + "/s3ckpt";
+// A checkpoint, odd key names, 1500 keys under one prefix (two pages) in
+// bucket "s3ckpt", and a bucket in another region; read-only.
+class S3MountTest : public testing::ServedDataTest<S3MountTest> {
+ public:
+  static constexpr char kDataKey[] = "s3_mount_test/llama-2x256-odd-many1500-west";
+  static void MakeData(const std::string& dir) {
+    const std::string bucket = dir + "/s3ckpt";
     testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 256, .intermediate = 512,
                             .vocab = 2048, .dtype = Dtype::BF16};
     auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = bucket + "/llama"});
@@ -109,32 +93,14 @@ class S3MountTest : public ::testing::Test {
       std::snprintf(name, sizeof name, "/many/f%04d", i);
       WriteFile(bucket + name, std::to_string(i));
     }
-    replaced_old_ = new std::string(RandomBytes(kReplacedSize, 1));
-    WriteFile(bucket + "/" + kReplaced, *replaced_old_);
-    WriteFile(data_->path() + "/westckpt/w.txt", "from the west");
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path(),
-                                    .extra_args = {"--require-auth", "--s3-key", std::string(kKeyId) + ":" + kSecret,
-                                                   "--s3-bucket-region", "westckpt=eu-west-1",
-                                                   "--sts-web-identity-token", kWebIdentityToken, "--sts-role-arn",
-                                                   kRoleArn, "--container-token", kContainerToken}},
-                                   &error)
-                  .release();
-    ASSERT_NE(server_, nullptr) << error;
+    WriteFile(dir + "/westckpt/w.txt", "from the west");
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete replaced_old_;
-    delete data_;
-  }
-  void SetUp() override {
-    ASSERT_TRUE(server_->ClearFaults());
-    ASSERT_TRUE(server_->ResetStats());
-  }
+  static std::vector<std::string> ServerArgs() { return AwsServerArgs(); }
 
+ protected:
   static std::string Endpoint() { return server_->endpoint(); }  // http://127.0.0.1:PORT: path-style
   static std::string VirtualHostEndpoint() { return "http://localhost:" + std::to_string(server_->port()); }
-  static std::string Src(const std::string& rel) { return data_->path() + "/s3ckpt/" + rel; }
+  static std::string Src(const std::string& rel) { return ServedDataTest::Src("s3ckpt/" + rel); }
 
   std::unique_ptr<TensorfsMount> Mount(const std::string& source = "s3://s3ckpt",
                                        const std::string& extra = "retry_deadline=20,stall_timeout=2",
@@ -148,22 +114,16 @@ class S3MountTest : public ::testing::Test {
   // `tensorfs SOURCE DIR` in the background, as a user runs it: its exit status and output.
   testing::CommandResult MountInBackground(const std::string& source, const std::string& options) {
     testing::TempDir mnt;
+    testing::UnmountOnExit unmount{mnt.path()};
     auto result = RunCommand(TensorfsBinary() + " " + source + " " + mnt.path() + " -o endpoint=" + Endpoint() +
                              ",retry_deadline=2" + (options.empty() ? "" : "," + options) + " 2>&1");
     EXPECT_FALSE(testing::IsMounted(mnt.path()));
-    if (testing::IsMounted(mnt.path())) RunCommand("fusermount3 -u " + mnt.path());
     return result;
   }
 
   testing::TempDir home_;
   AwsEnvironment env_{home_.path()};
-  static testing::TempDir* data_;
-  static GcsTestServer* server_;
-  static std::string* replaced_old_;
 };
-testing::TempDir* S3MountTest::data_ = nullptr;
-GcsTestServer* S3MountTest::server_ = nullptr;
-std::string* S3MountTest::replaced_old_ = nullptr;
 
 TEST_F(S3MountTest, EveryFileReadsLikeTheSourceByReadAndMmapVirtualHosted) {
   auto mount = Mount("s3://s3ckpt", "retry_deadline=20", VirtualHostEndpoint());
@@ -250,37 +210,48 @@ TEST_F(S3MountTest, OddKeyNamesAppearAsFiles) {
 // The whole object read block by block after it was replaced, its head having
 // been read before: every block that reads is the old version's bytes, the
 // rest is ESTALE (S3 answers If-Match: "old ETag" with 412), never new bytes.
+// On a bucket of its own (the suite's data is shared and read-only).
 TEST_F(S3MountTest, ReplacedObjectReadsAsStaleNeverAsAMix) {
-  auto mount = Mount("s3://s3ckpt/replaced", kSmallCache);
-  ASSERT_NE(mount, nullptr);
-  const std::string new_bytes = RandomBytes(kReplacedSize, 2);
+  constexpr size_t kSize = 32 << 20;  // more than the mount below caches and prefetches from its head
+  testing::TempDir data;
+  const std::string path = data.path() + "/own/blob.bin";
+  const std::string old_bytes = RandomBytes(kSize, 1);
+  const std::string new_bytes = RandomBytes(kSize, 2);
+  WriteFile(path, old_bytes);
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data.path(), .extra_args = AwsServerArgs()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto mount = TensorfsMount::Start(
+      "s3://own", {"-o", "endpoint=" + server->endpoint() + ",cache_size=8M,chunk_size=1M,max_fetches=2,"
+                         "prefetch_window=4M,retry_deadline=20"},
+      &error);
+  ASSERT_NE(mount, nullptr) << error;
   int fd = ::open((mount->path() + "/blob.bin").c_str(), O_RDONLY);
   ASSERT_GE(fd, 0);
   constexpr size_t kBlock = 64 << 10;
   std::vector<char> buf(kBlock);
   ASSERT_EQ(::pread(fd, buf.data(), kBlock, 0), static_cast<ssize_t>(kBlock));
-  ASSERT_EQ(std::memcmp(buf.data(), replaced_old_->data(), kBlock), 0);
-  ReplaceFile(Src(kReplaced), new_bytes);
+  ASSERT_EQ(std::memcmp(buf.data(), old_bytes.data(), kBlock), 0);
+  ReplaceFile(path, new_bytes);
   ASSERT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
   int stale = 0, other_errors = 0;
   std::vector<std::string> wrong;
-  for (size_t off = 0; off < kReplacedSize; off += kBlock) {
+  for (size_t off = 0; off < kSize; off += kBlock) {
     const ssize_t n = ::pread(fd, buf.data(), kBlock, static_cast<off_t>(off));
     if (n < 0) {
       (errno == ESTALE ? stale : other_errors) += 1;
       continue;
     }
-    if (n != static_cast<ssize_t>(kBlock) || std::memcmp(buf.data(), replaced_old_->data() + off, kBlock) != 0) {
+    if (n != static_cast<ssize_t>(kBlock) || std::memcmp(buf.data(), old_bytes.data() + off, kBlock) != 0) {
       wrong.push_back("block at " + std::to_string(off));
     }
   }
   ::close(fd);
-  ReplaceFile(Src(kReplaced), *replaced_old_);  // for the other tests
   EXPECT_TRUE(wrong.empty()) << wrong.size() << " blocks not the old version, the first " << wrong.front();
   EXPECT_EQ(other_errors, 0) << mount->Log();
   EXPECT_GE(stale, 1) << "the uncached part of the old version cannot be served";
   EXPECT_THAT(mount->Log(), HasSubstr("changed while mounted (ETag"));
-  EXPECT_GE(server_->Stats()["status_codes"]["412"].get<int>(), 1);
+  EXPECT_GE(server->Stats()["status_codes"].value("412", 0), 1);
 }
 
 // One mount per source of the credential chain, each reading through a
@@ -457,7 +428,8 @@ INSTANTIATE_TEST_SUITE_P(
         R"([{"match": {"media": true}, "action": "delay_first_byte", "seconds": 1, "count": 1}])"));
 
 TEST_F(S3MountTest, PersistentSlowDownGivesEioCountedByCauseAndTheMountStaysUsable) {
-  auto mount = Mount("s3://s3ckpt/llama", "retry_deadline=2,stall_timeout=2");
+  const int port = 9465;  // the test's own network namespace (see docs/design/testing.md)
+  auto mount = Mount("s3://s3ckpt/llama", "retry_deadline=2,stall_timeout=2,prometheus_port=" + std::to_string(port));
   ASSERT_NE(mount, nullptr);
   const std::string path = mount->path() + "/model-00001-of-00002.safetensors";
   struct stat st;
@@ -465,15 +437,35 @@ TEST_F(S3MountTest, PersistentSlowDownGivesEioCountedByCauseAndTheMountStaysUsab
   ASSERT_TRUE(server_->InjectFaults(R"([{"match": {"media": true}, "action": "status", "status": 503, "count": -1}])"));
   std::string got;
   EXPECT_EQ(ReadFile(path, &got), EIO);
-  auto stats = RunCommand(TensorfsBinary() + " stats --json " + mount->path());
-  ASSERT_EQ(stats.exit_code, 0) << stats.output;
-  const nlohmann::json j = nlohmann::json::parse(stats.output, nullptr, false);
-  ASSERT_FALSE(j.is_discarded()) << stats.output;
-  EXPECT_GE(j["retries"]["by_cause"].value("http_503", 0), 1) << stats.output;
+  const nlohmann::json stats = testing::MountStats(mount->path());
+  EXPECT_GE(stats["retries"]["by_cause"].value("http_503", 0), 1) << stats.dump();
+  EXPECT_GE(stats["reads_failed_eio"].get<int>(), 1) << stats.dump();
+  const std::string metrics = testing::ScrapeMetrics(port);
+  EXPECT_GE(testing::MetricSample(metrics, "tensorfs_retries_total{cause=\"http\",code=\"503\"}"), 1) << metrics;
   EXPECT_THAT(mount->Log(), HasSubstr("SlowDown"));
   ASSERT_TRUE(server_->ClearFaults());
   ASSERT_EQ(ReadFile(path, &got), 0) << mount->Log();
   EXPECT_TRUE(SameBytes(got, ReadWhole(Src(kShard))));
+}
+
+TEST_F(S3MountTest, ServerDownMidReadGivesEioThenRecovers) {
+  auto mount = Mount("s3://s3ckpt/llama", "retry_deadline=2,stall_timeout=2");
+  ASSERT_NE(mount, nullptr);
+  const std::string path = mount->path() + "/model-00001-of-00002.safetensors";
+  const std::string expected = ReadWhole(Src(kShard));
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  char head[4096];
+  ASSERT_EQ(::pread(fd, head, sizeof head, 0), 4096);
+  server_->Stop();
+  std::vector<char> buf(4096);
+  const off_t middle = static_cast<off_t>(expected.size() / 2);
+  EXPECT_EQ(::pread(fd, buf.data(), buf.size(), middle), -1);
+  EXPECT_EQ(errno, EIO);
+  ASSERT_TRUE(server_->Restart()) << server_->last_error();
+  ASSERT_EQ(::pread(fd, buf.data(), buf.size(), middle), 4096) << mount->Log();
+  EXPECT_EQ(std::string(buf.data(), buf.size()), expected.substr(static_cast<size_t>(middle), 4096));
+  ::close(fd);
 }
 
 }  // namespace

@@ -11,7 +11,9 @@
 // The data is made once per test run (SharedData, test_util.h) and is
 // read-only: a test that changes objects makes its own copy. Each test process
 // (ctest runs one test per process) starts one server over it, and each test
-// finds that server running, without faults, with its counters reset.
+// finds that server running, without faults, with its counters reset. A suite
+// that needs server flags (keys for the S3 dialect, --require-auth) gives them
+// as `static std::vector<std::string> ServerArgs();`.
 #ifndef TENSORFS_TESTS_SUPPORT_SERVED_DATA_TEST_H_
 #define TENSORFS_TESTS_SUPPORT_SERVED_DATA_TEST_H_
 
@@ -19,6 +21,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/test_util.h"
@@ -30,8 +33,10 @@ class ServedDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_dir_ = SharedData(Suite::kDataKey, &Suite::MakeData);
+    GcsTestServerOptions options{.data_dir = data_dir_};
+    if constexpr (requires { Suite::ServerArgs(); }) options.extra_args = Suite::ServerArgs();
     std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_dir_}, &error);
+    server_ = GcsTestServer::Start(options, &error);
     ASSERT_NE(server_, nullptr) << error;
   }
   static void TearDownTestSuite() { server_.reset(); }
