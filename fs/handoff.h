@@ -2,7 +2,7 @@
 // plugin's descriptor handoff. The plugin (privileged) opens /dev/fuse and
 // mounts; tensorfs, in the workload's pod without any capability, serves.
 //
-// The protocol, for a node plugin to implement (README "Kubernetes"):
+// The protocol, for a node plugin to implement (docs/KUBERNETES.md):
 //   1. Per volume, the plugin opens /dev/fuse read-write, mount(2)s it on the
 //      target with the settings of `tensorfs --print-mount-params`, and listens
 //      on a Unix stream socket in SOCKET_DIR (any name; the directory must be

@@ -13,13 +13,25 @@ dir=${1:?usage: make-test-root.sh DIR}
 mkdir -p "$(dirname "$dir")"
 exec 8>"$dir.lock"
 flock -w 1800 8 || { echo "make-test-root: another build of $dir held its lock for 30 minutes" >&2; exit 1; }
-[[ -d $dir ]] && exit 0
+# What tensorfs' package depends on, and what the boot test uses in the root
+# (man-db and groff-base: the package test reads `man tensorfs` there).
+include=systemd,systemd-sysv,dbus,fuse3,libcurl4,libssl3,libspdlog1.10,libfmt9,ca-certificates,procps,util-linux
+include+=,man-db,groff-base
+# A root made before a package joined the list is made again.
+if [[ -d $dir ]]; then
+  complete=1
+  for p in ${include//,/ }; do
+    [[ -e $dir/var/lib/dpkg/info/$p.list || -e $dir/var/lib/dpkg/info/$p:amd64.list ||
+       -n $(compgen -G "$dir/var/lib/dpkg/info/$p:*.list") ]] || complete=0
+  done
+  ((complete)) && exit 0
+  echo "make-test-root: $dir lacks packages of the list; making it again" >&2
+  rm -rf "$dir"
+fi
 command -v debootstrap >/dev/null || { echo "make-test-root: debootstrap is missing (packaging/install-deps.sh)" >&2; exit 1; }
 mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
 [[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
 mirror=${mirror:-http://deb.debian.org/debian}
-# What tensorfs' package depends on, and what the boot test uses in the root.
-include=systemd,systemd-sysv,dbus,fuse3,libcurl4,libssl3,libspdlog1.10,libfmt9,ca-certificates,procps,util-linux
 rm -rf "$dir.partial"
 if ! debootstrap --variant=minbase --include="$include" bookworm "$dir.partial" "$mirror" >"$dir.log" 2>&1; then
   tail -20 "$dir.log" >&2

@@ -1,7 +1,8 @@
 // MountOptions: every option tensorfs takes, defined once.
 //
-// The same table feeds `-o name=value` (fstab style), `--name value` flags and
-// `--help`, so an option cannot exist in one form and not the other. Options
+// The same table feeds `-o name=value` (fstab style), `--name value` flags,
+// `--help` and the tensorfs(8) man page, so an option cannot exist in one form
+// and not the other. Options
 // are parsed into one MountOptions, validated once at start-up, and handed down
 // by const&; nothing reads options from globals.
 //
@@ -83,11 +84,33 @@ struct MountOptions {
   std::string expected_bucket_owner;  // x-amz-expected-bucket-owner
 };
 
+// The topics options are grouped under, in this order, in --help, the man page
+// and docs/CONFIGURATION.md.
+enum class OptionGroup {
+  kSource,   // where the bytes come from, credentials, how requests retry
+  kCache,    // the chunk cache and what is fetched ahead
+  kViews,    // the virtual views and the layer grouping
+  kKernel,   // the FUSE session and the kernel's caches
+  kStartup,  // foreground or background, readiness, start-up failures
+  kLogging,  // log level and metrics
+};
+inline constexpr OptionGroup kAllOptionGroups[] = {OptionGroup::kSource, OptionGroup::kCache,  OptionGroup::kViews,
+                                                   OptionGroup::kKernel, OptionGroup::kStartup, OptionGroup::kLogging};
+// "Source and credentials", "Cache and fetching", ...: a heading.
+std::string_view OptionGroupTitle(OptionGroup group);
+
 // One row of the option table.
 struct OptionSpec {
   std::string_view name;        // "-o name" and "--name" (with '_' spelled '-')
+  std::string_view alias;       // a short flag ("-f"), or ""
   std::string_view value_name;  // "" for a flag that takes no value
-  std::string_view help;        // one line, with the default
+  OptionGroup group;
+  // What it does, in a few words that fit one --help line beside the default;
+  // docs/CONFIGURATION.md has the details.
+  std::string_view help;
+  // The default, as --help and the man page show it ("8M", "learned from the
+  // reads"); "" where there is none to show (a flag is off unless given).
+  std::string_view default_value;
   Status (*apply)(MountOptions& options, std::string_view value);
 };
 
@@ -121,13 +144,13 @@ bool IsObjectStoreSource(std::string_view source);
 // would wait for this very mount); see CheckMountPointDirectory.
 Status ValidateMountOptions(MountOptions& options);
 
-// The default max_background for a machine with `cpus` CPUs (see README,
-// "Readahead": chosen by measurement, scaled to the CPUs).
+// The default max_background for a machine with `cpus` CPUs (chosen by
+// measurement, scaled to the CPUs: docs/design/readahead.md).
 int DefaultMaxBackground(unsigned cpus);
-// The default max_fetches over a local directory (see README, "Options").
+// The default max_fetches over a local directory (docs/CONFIGURATION.md).
 int DefaultLocalFetches(unsigned cpus);
 // The default prefetch_window over a local directory: 2 x max_fetches x
-// chunk_size, at most the engine's default (see README, "Options").
+// chunk_size, at most the engine's default (docs/CONFIGURATION.md).
 uint64_t DefaultLocalPrefetchWindow(const EngineOptions& engine);
 // The CPUs this process may run on (its affinity mask, as a container's
 // cpuset limits it), at least 1.

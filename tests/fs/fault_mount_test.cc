@@ -23,6 +23,7 @@
 
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -46,26 +47,17 @@ constexpr size_t kBlobSize = 4 << 20;
 // own (the test sandbox), so nothing else holds it.
 constexpr int kPrometheusPort = 9464;
 
-class FaultMountTest : public ::testing::Test {
+// One object, served by the test server, whose faults each test injects.
+class FaultMountTest : public testing::ServedDataTest<FaultMountTest> {
+ public:
+  static constexpr char kDataKey[] = "fault_mount_test/blob-4MiB-7";
+  static void MakeData(const std::string& dir) { testing::WriteFile(dir + "/faults/" + kBlob, Blob()); }
+  static std::string Blob() { return testing::RandomBytes(kBlobSize, 7); }
+
  protected:
-  static void SetUpTestSuite() {
-    blob_ = new std::string(testing::RandomBytes(kBlobSize, 7));
-    const std::string& data = testing::SharedData("fault_mount_test/blob-4MiB-7", [](const std::string& dir) {
-      testing::WriteFile(dir + "/faults/" + kBlob, testing::RandomBytes(kBlobSize, 7));
-    });
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data}, &error).release();
-    ASSERT_NE(server_, nullptr) << error;
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete blob_;
-  }
   void SetUp() override {
-    if (!server_->running()) {
-      ASSERT_TRUE(server_->Restart());
-    }
-    ASSERT_TRUE(server_->ClearFaults());
+    ServedDataTest::SetUp();
+    blob_ = Blob();
   }
 
   std::unique_ptr<TensorfsMount> Mount(const std::string& extra) {
@@ -76,11 +68,8 @@ class FaultMountTest : public ::testing::Test {
     return mount;
   }
 
-  static std::string* blob_;
-  static GcsTestServer* server_;
+  std::string blob_;  // the object's bytes
 };
-std::string* FaultMountTest::blob_ = nullptr;
-GcsTestServer* FaultMountTest::server_ = nullptr;
 
 TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
   auto mount = Mount("retry_deadline=30,stall_timeout=2");
@@ -109,7 +98,7 @@ TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
   reader.join();
   ASSERT_TRUE(waited) << mount->Log();
   ASSERT_EQ(err, 0) << mount->Log();
-  EXPECT_TRUE(got == *blob_);
+  EXPECT_TRUE(got == blob_);
   std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart\n";
   const json stats = MountStats(mount->path());
   EXPECT_GE(stats["retries"]["by_cause"].value("connect", 0), 3) << stats.dump();
@@ -149,7 +138,7 @@ TEST_F(FaultMountTest, StalledResponseIsDroppedNoSoonerThanTheStallTimeoutAndRet
   ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 1 << 20), 4096) << mount->Log();
   const double took = Seconds(std::chrono::steady_clock::now() - start).count();
   ::close(fd);
-  EXPECT_EQ(std::string(buf.data(), buf.size()), blob_->substr(1 << 20, 4096));
+  EXPECT_EQ(std::string(buf.data(), buf.size()), blob_.substr(1 << 20, 4096));
   EXPECT_EQ(MountStats(mount->path())["retries"]["by_cause"], json({{"stall", 1}}));
   // The retry warning says how long the response had been silent when it was
   // dropped: at least stall_timeout. A read that sat out the 10 s stall would
@@ -177,7 +166,7 @@ TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpo
       {"match": {"media": true}, "action": "stall_after", "bytes": 1000, "seconds": 5}])"));
   std::string got;
   ASSERT_EQ(ReadFile(path, &got), 0) << mount->Log();
-  EXPECT_TRUE(got == *blob_);
+  EXPECT_TRUE(got == blob_);
 
   const json stats = MountStats(mount->path());
   EXPECT_EQ(stats["retries"]["by_cause"],

@@ -32,6 +32,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -75,27 +76,17 @@ std::string LastLine(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-class FdMountTest : public ::testing::Test {
+class FdMountTest : public testing::ServedDataTest<FdMountTest> {
+ public:
+  static constexpr char kDataKey[] = "fd_mount_test/llama-2x256";
+  static void MakeData(const std::string& dir) {
+    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 256, .intermediate = 512,
+                            .vocab = 2048, .dtype = Dtype::BF16};
+    auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = dir + "/ckpt/llama"});
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+  }
+
  protected:
-  static void SetUpTestSuite() {
-    data_ = testing::SharedData("fd_mount_test/llama-2x256", [](const std::string& dir) {
-      testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 256, .intermediate = 512,
-                              .vocab = 2048, .dtype = Dtype::BF16};
-      auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = dir + "/ckpt/llama"});
-      ASSERT_TRUE(written.ok()) << written.status().ToString();
-    });
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_}, &error).release();
-    ASSERT_NE(server_, nullptr) << error;
-  }
-  static void TearDownTestSuite() { delete server_; }
-  void SetUp() override {
-    if (!server_->running()) {
-      ASSERT_TRUE(server_->Restart());
-    }
-    ASSERT_TRUE(server_->ClearFaults());
-    ASSERT_TRUE(server_->SetShaping(0, 0, 0));
-  }
   // A tensorfs still serving ends as a parent ends it: the parent unmounts,
   // and it must exit 0 (the parent's status is tensorfs's).
   void TearDown() override {
@@ -163,8 +154,6 @@ class FdMountTest : public ::testing::Test {
     return rc;
   }
 
-  inline static std::string data_;  // shared, read-only
-  inline static GcsTestServer* server_ = nullptr;
   testing::TempDir mnt_;
   testing::TempDir scratch_;
   pid_t parent_ = -1;
@@ -175,7 +164,7 @@ TEST_F(FdMountTest, ServesTheHandedOverDescriptorAndExitsZeroWhenTheParentUnmoun
   StartParent("gs://ckpt");
   ASSERT_TRUE(WaitForFile(Scratch("ready"), kHangGuard)) << Log();
   int files = 0;
-  for (const auto& entry : fsys::directory_iterator(data_ + "/ckpt/llama")) {
+  for (const auto& entry : fsys::directory_iterator(data_dir_ + "/ckpt/llama")) {
     const std::string name = entry.path().filename();
     EXPECT_TRUE(testing::SameBytes(ReadWhole(Mnt("llama/" + name)), ReadWhole(entry.path()))) << name;
     ++files;
@@ -224,7 +213,7 @@ TEST_F(FdMountTest, InitAndRootAttributesAreAnsweredBeforeTheSourceIsReached) {
   ASSERT_TRUE(server_->Restart());
   ASSERT_TRUE(WaitForFile(Scratch("ready"), kHangGuard)) << Log();
   std::printf("ready %.0f ms after the server came back\n", MillisSince(start));
-  EXPECT_EQ(ReadWhole(Mnt("llama/config.json")), ReadWhole(data_ + "/ckpt/llama/config.json"));
+  EXPECT_EQ(ReadWhole(Mnt("llama/config.json")), ReadWhole(data_dir_ + "/ckpt/llama/config.json"));
 }
 
 TEST_F(FdMountTest, StartupFailureExitsWithTheReasonLastOnStderrAndInTheErrorFile) {

@@ -23,6 +23,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -56,40 +57,34 @@ std::string Name(Start start) {
 }
 void PrintTo(Start start, std::ostream* os) { *os << Name(start); }
 
-class MixedReadersMountTest : public ::testing::TestWithParam<Start> {
- protected:
-  // gs://mixed: whole/ (llama-shaped) and slice/ (qwen2-shaped), bf16, hidden
-  // 512: tensors of 0.5 to 4 MiB, about 21 MiB each in 2 shards.
-  static void SetUpTestSuite() {
-    data_ = testing::SharedData("mixed_readers_mount_test/llama-qwen2-2x512", [](const std::string& dir) {
-      for (const auto& [name, arch] : {std::pair<std::string, testing::Arch>{"whole", testing::Arch::kLlama},
-                                       {"slice", testing::Arch::kQwen2}}) {
-        testing::ModelSpec spec{.arch = arch, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 4096,
-                                .dtype = Dtype::BF16};
-        auto written = testing::WriteCheckpoint(
-            spec, {.num_shards = 2, .dir = dir + "/mixed/" + name, .write_extra_files = false});
-        ASSERT_TRUE(written.ok()) << written.status().ToString();
-      }
-    });
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_}, &error).release();
-    ASSERT_NE(server_, nullptr) << error;
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
+// gs://mixed: whole/ (llama-shaped) and slice/ (qwen2-shaped), bf16, hidden
+// 512: tensors of 0.5 to 4 MiB, about 21 MiB each in 2 shards.
+class MixedReadersMountTest : public testing::ServedDataTest<MixedReadersMountTest>,
+                              public ::testing::WithParamInterface<Start> {
+ public:
+  static constexpr char kDataKey[] = "mixed_readers_mount_test/llama-qwen2-2x512";
+  static void MakeData(const std::string& dir) {
+    for (const auto& [name, arch] : {std::pair<std::string, testing::Arch>{"whole", testing::Arch::kLlama},
+                                     {"slice", testing::Arch::kQwen2}}) {
+      testing::ModelSpec spec{.arch = arch, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 4096,
+                              .dtype = Dtype::BF16};
+      auto written = testing::WriteCheckpoint(
+          spec, {.num_shards = 2, .dir = dir + "/mixed/" + name, .write_extra_files = false});
+      ASSERT_TRUE(written.ok()) << written.status().ToString();
+    }
   }
 
+ protected:
   // The bytes of checkpoint `dir`'s files (what a loader of it reads).
   static uint64_t Bytes(const std::string& dir) {
     uint64_t bytes = 0;
-    for (const auto& entry : fsys::directory_iterator(data_ + "/mixed/" + dir)) bytes += entry.file_size();
+    for (const auto& entry : fsys::directory_iterator(data_dir_ + "/mixed/" + dir)) bytes += entry.file_size();
     return bytes;
   }
   // The shards of checkpoint `dir`, under `root`, in order.
   static std::vector<std::string> Shards(const std::string& root, const std::string& dir) {
     std::vector<std::string> out;
-    for (const auto& entry : fsys::directory_iterator(data_ + "/mixed/" + dir)) {
+    for (const auto& entry : fsys::directory_iterator(data_dir_ + "/mixed/" + dir)) {
       if (entry.path().extension() == ".safetensors") out.push_back(root + "/" + dir + "/" + entry.path().filename().string());
     }
     std::sort(out.begin(), out.end());
@@ -105,8 +100,6 @@ class MixedReadersMountTest : public ::testing::TestWithParam<Start> {
     return last;
   }
 
-  inline static std::string data_;  // shared, read-only
-  inline static GcsTestServer* server_ = nullptr;
 };
 
 TEST_P(MixedReadersMountTest, EachReaderFetchesWhatItNeeds) {
@@ -120,9 +113,9 @@ TEST_P(MixedReadersMountTest, EachReaderFetchesWhatItNeeds) {
   ASSERT_EQ(host_files.size(), 2u);
   // The loader checks every tensor against the source, the host its slices.
   const std::string loader = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " +
-                             mount->path() + "/whole --compare " + data_ + "/mixed/whole > /dev/null";
+                             mount->path() + "/whole --compare " + data_dir_ + "/mixed/whole > /dev/null";
   std::string host = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/slice_reader.py --rank " +
-                     std::to_string(kRank) + " --world " + std::to_string(kWorld) + " --compare " + data_ +
+                     std::to_string(kRank) + " --world " + std::to_string(kWorld) + " --compare " + data_dir_ +
                      "/mixed/slice";
   for (const std::string& f : host_files) host += " " + f;
   std::string command;

@@ -109,7 +109,7 @@ TEST_F(MountCommandTest, PlainMountIsReadOnlyWithAWarning) {
 }
 
 TEST_F(MountCommandTest, FstabLineFromTheReadmeMounts) {
-  // The README's line, with a local source and this test's mount point.
+  // The fstab line of docs/CONFIGURATION.md, with a local source and this test's mount point.
   TempDir etc;
   std::ofstream(etc.path() + "/fstab") << "# tensorfs\n"
                                        << src_.path() << " " << mnt_.path()

@@ -1,4 +1,4 @@
-// What README promises about a mount, each checked through a real mount and
+// What the documentation (README.md, docs/) promises about a mount, each checked through a real mount and
 // the kernel: another user reads an allow_other mount; the mount is
 // nosuid,nodev; a tensorfs reading a checkpoint larger than its cache stays
 // within cache_size plus 128 MiB and writes nothing to local disk; a dead mount

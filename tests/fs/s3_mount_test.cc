@@ -95,7 +95,7 @@ class S3MountTest : public testing::ServedDataTest<S3MountTest> {
     }
     WriteFile(dir + "/westckpt/w.txt", "from the west");
   }
-  static std::vector<std::string> ServerArgs() { return AwsServerArgs(); }
+  static std::vector<std::string> ServerArgs(const std::string&) { return AwsServerArgs(); }
 
  protected:
   static std::string Endpoint() { return server_->endpoint(); }  // http://127.0.0.1:PORT: path-style

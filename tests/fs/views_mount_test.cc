@@ -25,6 +25,7 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::GcsTestServer;
 using testing::RunCommand;
 using testing::TensorfsMount;
@@ -112,6 +113,17 @@ TEST_F(ViewsMountTest, LlamaF32ViewsEqualTheReference) {
 TEST_F(ViewsMountTest, LlamaF16ViewsEqualTheReference) { CheckViews("llama-f16"); }
 TEST_F(ViewsMountTest, LlamaBf16ViewsEqualTheReference) { CheckViews("llama-bf16"); }
 TEST_F(ViewsMountTest, Qwen2ViewsEqualTheReference) { CheckViews("qwen2"); }
+
+// config.json of @bnb-nf4 and @bnb-int8 holds every key of the checker's
+// reference (the keys transformers' own serialization writes) and no other: a
+// run of the demo prints no warning.
+TEST_F(ViewsMountTest, BnbConfigsDrawNoWarningFromTheChecker) {
+  auto result = RunCommand(kPython + kSupport + "check_views.py --mount " + mount_->path() +
+                           "/llama-bf16 --source " + source_ + "/llama-bf16 --views @bnb-nf4,@bnb-int8 2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr(": OK"));
+  EXPECT_THAT(result.output, Not(HasSubstr("warning"))) << result.output;
+}
 TEST_F(ViewsMountTest, MixtralViewsEqualTheReference) { CheckViews("mixtral"); }
 TEST_F(ViewsMountTest, Gpt2ViewsEqualTheReference) {
   CheckViews("gpt2", "--expect-layers transformer.wte.,transformer.wpe.,transformer.h.0.,transformer.h.1.,transformer.ln_f.");

@@ -7,8 +7,9 @@
 # the suite): its contents and dependencies; `apt remove` makes systemd reload
 # (postrm) and leaves no file behind but configuration; `apt purge` forgets it;
 # `apt install ./tensorfs_*.deb` makes systemd reload (postinst) and puts every
-# file in place; `mount -t tensorfs` runs the installed helper and the mount
-# reads right; after `umount` the daemon exits.
+# file in place; `man tensorfs` and `man mount.tensorfs` render the generated
+# tensorfs(8) without a warning; `mount -t tensorfs` runs the installed helper
+# and the mount reads right; after `umount` the daemon exits.
 set -eu
 deb=${1:?usage: deb_package_test.sh DEB}
 work=$(mktemp -d)
@@ -38,7 +39,9 @@ echo "== contents and dependencies of $(basename "$deb")"
 dpkg-deb -c "$deb" >"$work/contents"
 for want in ./usr/bin/tensorfs "./sbin/mount.tensorfs -> /usr/bin/tensorfs" ./lib/systemd/system/tensorfs@.service \
   ./usr/share/doc/tensorfs/README.md ./usr/share/doc/tensorfs/copyright \
-  ./usr/share/doc/tensorfs/examples/tensorfs.conf.example ./etc/tensorfs/; do
+  ./usr/share/doc/tensorfs/examples/tensorfs.conf.example ./etc/tensorfs/ \
+  ./usr/share/doc/tensorfs/CONFIGURATION.md ./usr/share/doc/tensorfs/TROUBLESHOOTING.md \
+  ./usr/share/man/man8/tensorfs.8.gz ./usr/share/man/man8/mount.tensorfs.8.gz; do
   grep -qF -- "$want" "$work/contents" || { cat "$work/contents"; fail "the package lacks $want"; }
 done
 depends=$(dpkg-deb -f "$deb" Depends)
@@ -82,6 +85,19 @@ done <"$work/files"
 [ "$(readlink /sbin/mount.tensorfs)" = /usr/bin/tensorfs ] || fail "/sbin/mount.tensorfs does not point at /usr/bin/tensorfs"
 /usr/bin/tensorfs --help >/dev/null || fail "/usr/bin/tensorfs --help"
 systemctl cat tensorfs@mnt-x.service >/dev/null || fail "systemd does not know tensorfs@.service"
+
+echo "== man tensorfs"
+[ "$(man -w tensorfs)" = /usr/share/man/man8/tensorfs.8.gz ] || fail "man -w tensorfs: $(man -w tensorfs 2>&1)"
+warnings=$(MANWIDTH=100 man --warnings -l /usr/share/man/man8/tensorfs.8.gz 2>&1 >/dev/null)
+[ -z "$warnings" ] || fail "man --warnings -l tensorfs.8.gz: $warnings"
+plain() { sed "s/.$(printf '\b')//g"; }  # the overstrikes of bold and underline
+MANWIDTH=100 man tensorfs 2>/dev/null | plain >"$work/man.txt"
+for want in "mount -t tensorfs SOURCE MOUNTPOINT" "--cache-size SIZE, -o cache_size=SIZE" "EXIT STATUS" \
+  "CONFIGURATION.md"; do
+  grep -qF -- "$want" "$work/man.txt" || { head -40 "$work/man.txt"; fail "man tensorfs lacks '$want'"; }
+done
+MANWIDTH=100 man mount.tensorfs 2>/dev/null | plain >"$work/man-helper.txt"
+cmp -s "$work/man.txt" "$work/man-helper.txt" || fail "man mount.tensorfs does not show tensorfs(8)"
 
 echo "== mount -t tensorfs"
 mkdir -p "$work/src/llama" "$work/mnt"

@@ -174,7 +174,11 @@ class Sandbox {
         break;
       }
     }
-    const bool checks_ok = CheckLeftovers() & CheckEnds() & CheckSanitizerReports();
+    // Every check runs, whatever the others found.
+    const bool leftovers_ok = CheckLeftovers();
+    const bool ends_ok = CheckEnds();
+    const bool reports_ok = CheckSanitizerReports();
+    const bool checks_ok = leftovers_ok && ends_ok && reports_ok;
     if (WIFSIGNALED(test_status)) {
       Note(std::string("the test was killed by signal ") + std::to_string(WTERMSIG(test_status)) + " (" +
            strsignal(WTERMSIG(test_status)) + ")");

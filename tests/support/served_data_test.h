@@ -5,15 +5,16 @@
 //    public:
 //     static constexpr char kDataKey[] = "my_suite/llama-2x256";  // names what MakeData writes
 //     static void MakeData(const std::string& dir);  // buckets are its subdirectories
+//     // Optional: more server flags, e.g. TLS with a certificate MakeData wrote.
+//     static std::vector<std::string> ServerArgs(const std::string& dir);
 //   };
 //   TEST_F(MySuite, ...) { ... server_->endpoint() ... Src("bucket/file") ... }
 //
 // The data is made once per test run (SharedData, test_util.h) and is
 // read-only: a test that changes objects makes its own copy. Each test process
 // (ctest runs one test per process) starts one server over it, and each test
-// finds that server running, without faults, with its counters reset. A suite
-// that needs server flags (keys for the S3 dialect, --require-auth) gives them
-// as `static std::vector<std::string> ServerArgs();`.
+// finds that server running, without faults or link shaping, with its
+// counters reset.
 #ifndef TENSORFS_TESTS_SUPPORT_SERVED_DATA_TEST_H_
 #define TENSORFS_TESTS_SUPPORT_SERVED_DATA_TEST_H_
 
@@ -33,10 +34,10 @@ class ServedDataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_dir_ = SharedData(Suite::kDataKey, &Suite::MakeData);
-    GcsTestServerOptions options{.data_dir = data_dir_};
-    if constexpr (requires { Suite::ServerArgs(); }) options.extra_args = Suite::ServerArgs();
+    std::vector<std::string> args;
+    if constexpr (requires { Suite::ServerArgs(data_dir_); }) args = Suite::ServerArgs(data_dir_);
     std::string error;
-    server_ = GcsTestServer::Start(options, &error);
+    server_ = GcsTestServer::Start({.data_dir = data_dir_, .extra_args = args}, &error);
     ASSERT_NE(server_, nullptr) << error;
   }
   static void TearDownTestSuite() { server_.reset(); }
@@ -46,6 +47,7 @@ class ServedDataTest : public ::testing::Test {
       ASSERT_TRUE(server_->Restart()) << server_->last_error();
     }
     ASSERT_TRUE(server_->ClearFaults()) << server_->last_error();
+    ASSERT_TRUE(server_->SetShaping(0, 0, 0)) << server_->last_error();
     ASSERT_TRUE(server_->ResetStats()) << server_->last_error();
   }
 

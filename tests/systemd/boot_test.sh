@@ -7,10 +7,10 @@
 # with /dev/fuse and /dev/autofs bound in and the test's network (the project's
 # GCS test server runs on its loopback). The package DEB (built once per run by
 # cpack, the ctest fixture "deb") is installed in it with
-# `apt install ./tensorfs_*.deb`. Checked, with README's fstab lines and unit
+# `apt install ./tensorfs_*.deb`. Checked, with the fstab lines and unit
 # steps:
 #   - an fstab line mounted at boot reads right (sha256 of every file);
-#   - README's x-systemd.automount line mounts on first access (printed: how long);
+#   - the x-systemd.automount line mounts on first access (printed: how long);
 #   - tensorfs@.service: enable --now, reads right, the hardening in force in
 #     the running service (its capability bounding set, seccomp filter and
 #     no_new_privs, as /proc shows them; RestartPreventExitStatus=), stop (exit
@@ -144,14 +144,14 @@ if ! systemd-nspawn -q -D "$merged" --register=no --keep-unit --chdir=/root/pkg 
 fi
 pass "apt install ./$(basename "${debs[0]}")"
 
-# README's fstab lines, pointed at the test server.
+# The fstab lines of docs/CONFIGURATION.md, pointed at the test server.
 cat >>"$merged/etc/fstab" <<FSTAB
 gs://ckpt/llama      /mnt/boot     tensorfs  ro,_netdev,nofail,allow_other,$gs  0 0
 gs://ckpt/llama      /mnt/auto     tensorfs  ro,_netdev,nofail,x-systemd.automount,allow_other,$gs  0 0
 gs://no-such-bucket  /mnt/missing  tensorfs  ro,_netdev,nofail,allow_other,$gs  0 0
 FSTAB
 mkdir -p "$merged"/mnt/{boot,auto,missing,svc,nobucket,down}
-# README's unit steps: the example configuration, edited.
+# The unit steps of docs/CONFIGURATION.md: the example configuration, edited.
 conf() {  # INSTANCE SOURCE OPTIONS
   sed -e "s|^TENSORFS_SOURCE=.*|TENSORFS_SOURCE=$2|" -e "s|^TENSORFS_OPTIONS=.*|TENSORFS_OPTIONS=$3|" \
     "$merged/usr/share/doc/tensorfs/examples/tensorfs.conf.example" >"$merged/etc/tensorfs/$1.conf"
@@ -214,7 +214,7 @@ ct systemctl stop mnt-boot.mount && ! ct findmnt -n /mnt/boot >/dev/null && pass
 ct systemctl start mnt-boot.mount && ct findmnt -n -t fuse.tensorfs /mnt/boot >/dev/null &&
   pass "systemctl start mnt-boot.mount mounts again" || failed "systemctl start mnt-boot.mount"
 
-echo "== README's x-systemd.automount line, on first access"
+echo "== the x-systemd.automount line of docs/CONFIGURATION.md, on first access"
 start=$(date +%s.%N)
 if ct timeout 60 ls /mnt/auto >/dev/null; then
   printf 'PASS: first access of /mnt/auto answered after %.2f s\n' "$(echo "$(date +%s.%N) - $start" | bc)"
