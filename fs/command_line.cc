@@ -9,7 +9,7 @@ namespace tensorfs {
 namespace {
 
 constexpr std::string_view kSummary =
-    "mount safetensors checkpoints from Google Cloud Storage, Amazon S3 or a local directory, read-only";
+    "mount safetensors checkpoints from GCS, S3 or a local directory, read-only";
 
 // The command's own description, after its usage lines. Paragraphs are
 // separated by a blank line.
