@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench.py: tensorfs against its peers on an emulated GCS link.
+"""bench.py: tensorfs against its peers on an emulated GCS link (and over S3).
 
 bench/run.sh installs what is needed, builds, and runs this; see bench/README.md.
 
@@ -38,6 +38,11 @@ reset before each run:
   W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
       order as W1 loads the shards; every stacked tensor gathers its layers'
       source tensors from all over the shards
+
+With --sources gs,s3, W1, W2 and W6 run a second time with tensorfs reading
+s3://BUCKET/... from the same server's S3 dialect on the same link (signed
+requests, SigV4, path-style), so gs:// and s3:// figures come from one run side
+by side ("tensorfs s3 W1 ..." rows, held to the same targets).
 
 W6 and W7 are rated over the SOURCE bytes of the layers they loaded (the
 checkpoint's tensor bytes, which is what the link carries), and report the time
@@ -82,6 +87,10 @@ LOADER_PY = os.path.join(HERE, "loader.py")
 CLIENT_PY = os.path.join(HERE, "gcs_client.py")
 PYTHON = "/usr/bin/python3"
 BUCKET = "tensorfs-bench"
+# The access key the server's S3 dialect accepts, and tensorfs signs with for s3://.
+S3_KEY_ID, S3_SECRET = "AKIDTENSORFSBENCH", "tensorfs-bench-secret"
+# Workloads run over s3:// as well with --sources gs,s3.
+S3_WORKLOADS = ("W1", "W2", "W6")
 MB = 1e6
 MiB = 1 << 20
 RSS_SLACK = 128 * MiB
@@ -357,7 +366,8 @@ class Server:
         port_file = os.path.join(work_dir, "server.port")
         cmd = [PYTHON, SERVER_PY, "--data", data_dir, "--port", "0", "--port-file", port_file,
                "--quiet", "--precompute-hashes", "--latency-ms", str(latency_ms),
-               "--conn-rate", str(int(conn_rate)), "--total-rate", str(int(total_rate))]
+               "--conn-rate", str(int(conn_rate)), "--total-rate", str(int(total_rate)),
+               "--s3-key", f"{S3_KEY_ID}:{S3_SECRET}"]
         with open(self.log_path, "w") as log_file:
             self.proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 600  # first start hashes every object
@@ -410,8 +420,19 @@ class Bench:
         self.layers = None      # layer_plan() of the checkpoint, for W6 and W7
         self.quant = None       # {case: micro_bench row or None when missing}
         self.quant_error = None
+        self.source = "gs"      # the scheme tensorfs mounts: gs, or s3 (--sources)
 
     # ------------------------------------------------------------------ setup
+
+    @property
+    def system(self):
+        """The result rows' system for the source in use: tensorfs (gs://) or tensorfs-s3."""
+        return "tensorfs" if self.source == "gs" else "tensorfs-s3"
+
+    @property
+    def tag(self):
+        """The row label's start: "tensorfs " or "tensorfs s3 "."""
+        return "tensorfs " if self.source == "gs" else "tensorfs s3 "
 
     def detect_tensorfs(self):
         a = self.args
@@ -437,7 +458,9 @@ class Bench:
 
     def tensorfs_opts(self):
         a = self.args
-        opts = ["anonymous", f"endpoint={self.server.endpoint}", "log_level=warn"]
+        # s3:// signs with the key the server was given (AWS_ACCESS_KEY_ID ... in the environment).
+        opts = (["anonymous"] if self.source == "gs" else []) + [f"endpoint={self.server.endpoint}",
+                                                                 "log_level=warn"]
         if self.cache_option:
             opts.append(f"cache_size={a.cache_mib}M")
         if a.chunk_mib is not None and self.chunk_option:
@@ -508,9 +531,11 @@ class Bench:
         return proc, time.monotonic() - started
 
     def mount_tensorfs(self, prefix, label, extra_opts=""):
+        if self.source != "gs":
+            label += "-" + self.source
         mnt = self.mountpoint(label)
         opts = self.tensorfs_opts() + ("," + extra_opts if extra_opts else "")
-        cmd = [self.args.tensorfs, f"gs://{BUCKET}/{prefix}", mnt, "-f", "-o", opts]
+        cmd = [self.args.tensorfs, f"{self.source}://{BUCKET}/{prefix}", mnt, "-f", "-o", opts]
         return (mnt, *self.mount("tensorfs", cmd, mnt, os.path.join(self.work, f"tensorfs-{label}.log")))
 
     def mount_rclone(self, prefix, label, config):
@@ -686,9 +711,9 @@ class Bench:
                 f"; the {state['tensors']} tensors W1 loaded" if state.get("tensors") is not None else "")
 
         try:
-            self.guarded("tensorfs W1 storage order", "tensorfs", "W1", w1)
+            self.guarded(f"{self.tag}W1 storage order", self.system, "W1", w1)
             if want_w4:
-                self.guarded("tensorfs W4 warm (2nd pass)", "tensorfs", "W4", w4)
+                self.guarded(f"{self.tag}W4 warm (2nd pass)", self.system, "W4", w4)
         finally:
             if proc is not None:
                 self.procs.unmount(mnt, proc)
@@ -708,10 +733,10 @@ class Bench:
             finally:
                 self.procs.unmount(mnt, proc)
 
-        self.guarded(name, "tensorfs", workload, body)
+        self.guarded(name, self.system, workload, body)
 
     def run_w2(self):
-        self.run_tensorfs_cold("tensorfs W2 random order", "W2", "w2",
+        self.run_tensorfs_cold(f"{self.tag}W2 random order", "W2", "w2",
                                lambda r, mnt: self.load_one(r, [os.path.join(mnt, s) for s in self.shards], "random"))
 
     def run_w3(self):
@@ -947,7 +972,7 @@ class Bench:
                 parts.insert(0, f"partial: stopped after {result.seconds:.0f} s")
             result.note = "; ".join(parts + ([result.note] if result.note else []))
 
-        self.run_tensorfs_cold(f"tensorfs {workload} {view}/", workload, workload.lower(), body)
+        self.run_tensorfs_cold(f"{self.tag}{workload} {view}/", workload, workload.lower(), body)
 
     def run_quant_micro(self):
         """micro_bench's quantization and cast cases: source bytes per second on one core."""
@@ -1177,6 +1202,21 @@ class Bench:
                 self.run_sharded("W9", world, "storage")
         if "W10" in w:
             self.run_w10()
+        if "s3" in a.sources:
+            log("the same over s3:// (the server's S3 dialect, signed requests): " +
+                ", ".join(x for x in S3_WORKLOADS if x in w))
+            os.environ.update(AWS_ACCESS_KEY_ID=S3_KEY_ID, AWS_SECRET_ACCESS_KEY=S3_SECRET,
+                              AWS_EC2_METADATA_DISABLED="true")
+            self.source = "s3"
+            try:
+                if "W1" in w:
+                    self.run_tensorfs_w1_w4(True, False)
+                if "W2" in w:
+                    self.run_w2()
+                if "W6" in w:
+                    self.run_layers("W6")
+            finally:
+                self.source = "gs"
         if "memfs" in a.peers:
             self.run_memfs("W4" in w)
         if "naive" in a.peers:
@@ -1341,28 +1381,42 @@ def evaluate(bench):
     if ok(w1) and ok(w2):
         out.append(("W2 within 1.25x of W1", w1.mbps <= 1.25 * w2.mbps,
                     f"W2 {w2.mbps:.1f} MB/s vs W1 {w1.mbps:.1f} MB/s: {w1.mbps / w2.mbps:.2f}x slower"))
+    # s3:// (--sources gs,s3): the same targets for its W1, W2 and W6, beside gs://.
+    s3_w1, s3_w2 = find(res, "tensorfs-s3", "W1"), find(res, "tensorfs-s3", "W2")
+    if ok(s3_w1):
+        out.append(("s3 W1 >= 90% of the link limit", s3_w1.pct_link >= 90,
+                    f"{s3_w1.mbps:.1f} MB/s = {s3_w1.pct_link:.0f}% of {bench.total_rate / MB:.1f} MB/s"
+                    + (f"; gs:// W1 {w1.mbps:.1f} MB/s" if ok(w1) else "") + partial(s3_w1)))
+    if ok(s3_w1) and ok(s3_w2):
+        out.append(("s3 W2 within 1.25x of s3 W1", s3_w1.mbps <= 1.25 * s3_w2.mbps,
+                    f"W2 {s3_w2.mbps:.1f} MB/s vs W1 {s3_w1.mbps:.1f} MB/s: {s3_w1.mbps / s3_w2.mbps:.2f}x slower"))
     chunk = bench.chunk_size
-    for r in (w1, w2, w3):
+    def label(r):
+        return ("s3 " if r.system == "tensorfs-s3" else "") + r.workload
+
+    for r in (w1, w2, w3, s3_w1, s3_w2):
         if not ok(r) or r.requests is None:
             continue
         bound = math.ceil(r.bytes_needed / chunk) + r.files + 2
-        out.append((f"{r.workload} requests <= bytes/chunk + files + 2", r.requests <= bound,
+        out.append((f"{label(r)} requests <= bytes/chunk + files + 2", r.requests <= bound,
                     f"{r.requests} requests, bound {bound} ({r.bytes_needed / MiB:.0f} MiB / {chunk / MiB:g} MiB "
                     f"+ {r.files} files + 2){partial(r)}"))
-    for r in (w1, w2, w3):
+    for r in (w1, w2, w3, s3_w1, s3_w2):
         if not ok(r) or r.fetched_ratio is None:
             continue
-        out.append((f"{r.workload} bytes fetched <= 1.05 x bytes needed", r.fetched_ratio <= 1.05,
+        out.append((f"{label(r)} bytes fetched <= 1.05 x bytes needed", r.fetched_ratio <= 1.05,
                     f"{r.bytes_fetched / MiB:.1f} MiB fetched for {r.bytes_needed / MiB:.1f} MiB = "
                     f"{r.fetched_ratio:.3f}x{partial(r)}"))
     if ok(w4) and ok(ceiling):
         out.append(("W4 >= 80% of the in-memory FUSE ceiling", w4.mbps >= 0.8 * ceiling.mbps,
                     f"{w4.mbps:.0f} vs {ceiling.mbps:.0f} MB/s = {100 * w4.mbps / ceiling.mbps:.0f}%"))
-    for workload in LAYER_WORKLOADS:
-        r = find(res, "tensorfs", workload)
+    for system, workload in [("tensorfs", w) for w in LAYER_WORKLOADS] + [("tensorfs-s3", "W6")]:
+        r = find(res, system, workload)
         if not ok(r):
             continue
-        out_note = "" if workload == "W6" else f"; out {r.extra.get('output_bytes', 0) / MB:.0f} MB"
+        if system == "tensorfs-s3":
+            workload = "s3 " + workload
+        out_note = "" if "W6" in workload else f"; out {r.extra.get('output_bytes', 0) / MB:.0f} MB"
         out.append((f"{workload} >= 90% of the link limit (source bytes)", r.pct_link >= 90,
                     f"{r.mbps:.1f} MB/s over {r.bytes_needed / MB:.0f} MB of source = {r.pct_link:.0f}% of "
                     f"{bench.total_rate / MB:.1f} MB/s{out_note}{partial(r)}"))
@@ -1620,6 +1674,9 @@ def parse_args(argv):
     p.add_argument("--work-dir", default=None, help="parent of the per-run scratch directory (default $TMPDIR)")
     p.add_argument("--out", default=os.path.join(HERE, "out"), help="where results.json and results.png go")
     p.add_argument("--keep-work", action="store_true", help="keep mount points and logs")
+    p.add_argument("--sources", default="gs",
+                   help="the schemes tensorfs reads, comma-separated: gs, and s3 to run W1, W2 and W6 over the "
+                        "server's S3 dialect too (default gs)")
     a = p.parse_args(argv)
     a.size_mib = a.size_mib or (256 if a.quick else 2048)
     if a.deadline is None:
@@ -1651,6 +1708,10 @@ def parse_args(argv):
     for x in a.rclone_configs:
         if x not in RCLONE_CONFIGS:
             p.error(f"unknown rclone config {x}")
+    a.sources = [x.strip() for x in a.sources.split(",") if x.strip()]
+    for x in a.sources:
+        if x not in ("gs", "s3"):
+            p.error(f"unknown source {x} (gs or s3)")
     if "memfs" in a.peers and not a.memfs:
         p.error("the memfs peer needs --memfs PATH")
     for path in (a.tensorfs, a.testdata) + ((a.memfs,) if a.memfs else ()) + (

@@ -9,6 +9,8 @@
 #   bash bench/run.sh                              # 2 GiB checkpoint, every workload and peer
 #   bash bench/run.sh --size-mib 256 --quick       # a few minutes
 #   bash bench/run.sh --workloads W1,W4 --peers memfs --link-mbit 2000
+#   bash bench/run.sh --size-mib 256 --workloads W1,W2,W6 --peers none --sources gs,s3
+#                                                  # gs:// and s3:// (the server's S3 dialect) side by side
 #
 # Options of this script (the others go to bench.py; bench.py --help lists them):
 #   --build-dir DIR   build here (default build/release)

@@ -9,14 +9,15 @@ namespace tensorfs {
 namespace {
 
 constexpr std::string_view kSummary =
-    "mount safetensors checkpoints from Google Cloud Storage or a local directory, read-only";
+    "mount safetensors checkpoints from GCS, S3 or a local directory, read-only";
 
 // The command's own description, after its usage lines. Paragraphs are
 // separated by a blank line.
 constexpr std::string_view kMountDescription =
     "tensorfs serves safetensors checkpoints to loaders that open, read and mmap the files, from "
     "few large parallel range requests planned from each file's header.\n\n"
-    "SOURCE is gs://bucket[/prefix] or a local directory. MOUNTPOINT is an existing directory, or "
+    "SOURCE is gs://bucket[/prefix], s3://bucket[/prefix] (Amazon S3 or an S3-compatible store) or a "
+    "local directory. MOUNTPOINT is an existing directory, or "
     "/dev/fd/N: a /dev/fuse descriptor that a parent opened and mounted, which tensorfs then serves "
     "without mounting or privileges.\n\n"
     "Options are flags (--cache-size 4G) or, as in fstab, items of -o (-o cache_size=4G,allow_other).";
@@ -62,7 +63,8 @@ constexpr ExitStatusLine kGkeSidecarExit[] = {
 
 constexpr SubcommandDoc kSubcommands[] = {
     {"inspect", "inspect SOURCE [OPTIONS]", "print a checkpoint's files, tensors and layers",
-     "Prints each file of SOURCE (a checkpoint directory, gs://bucket/prefix, or a directory on a mount) with "
+     "Prints each file of SOURCE (a checkpoint directory, gs://bucket/prefix, s3://bucket/prefix, or a directory "
+     "on a mount) with "
      "its tensors' dtypes, shapes and bytes, and the layer groups. For a file that is not valid "
      "safetensors it says what is wrong.",
      kInspectExit},
@@ -353,7 +355,8 @@ std::unique_ptr<CLI::App> MakeCommandLine(CommandLine& line) {
   app->set_help_flag("-h,--help", "print this help and exit")->group(std::string(kGeneralGroup));
   app->require_subcommand(0, 1);
 
-  app->add_option("SOURCE", line.mount.source, "local directory or gs://bucket[/prefix] holding the checkpoint(s)");
+  app->add_option("SOURCE", line.mount.source,
+                  "local directory, gs://bucket[/prefix] or s3://bucket[/prefix] holding the checkpoint(s)");
   app->add_option("MOUNTPOINT", line.mount.mountpoint, "existing directory to mount on, or /dev/fd/N");
   app->add_flag("--version", line.version, "print the version and exit")->group(std::string(kGeneralGroup));
   app->add_option("-o", line.o_lists, "fstab-style options, comma-separated (a comma in a value: \\,)")
@@ -384,7 +387,8 @@ std::unique_ptr<CLI::App> MakeCommandLine(CommandLine& line) {
   const SubcommandDoc& inspect_doc = *FindSubcommandDoc("inspect");
   CLI::App* inspect = app->add_subcommand("inspect", std::string(inspect_doc.summary));
   inspect->formatter_fn([](const CLI::App* a, std::string, CLI::AppFormatMode) { return RenderHelp(*a); });
-  inspect->add_option("SOURCE", line.inspect.source, "checkpoint directory or gs://bucket/prefix")->required();
+  inspect->add_option("SOURCE", line.inspect.source, "checkpoint directory, gs://bucket/prefix or s3://bucket/prefix")
+      ->required();
   inspect->add_flag("--json", line.inspect_json, "print JSON for machines");
   inspect->add_option("-o", line.inspect_o_lists, "source options, e.g. -o endpoint=URL,key_file=PATH")
       ->type_name("OPTIONS")

@@ -29,7 +29,8 @@ StatusOr<Handoff> ParseMessage(const std::string& bytes) {
   Handoff h;
   auto source = j.find("source");
   if (source == j.end() || !source->is_string() || source->get<std::string>().empty()) {
-    return InvalidArgumentError("the message has no \"source\" string (a local directory or gs://bucket[/prefix])");
+    return InvalidArgumentError(
+        "the message has no \"source\" string (a local directory, gs://bucket[/prefix] or s3://bucket[/prefix])");
   }
   h.source = source->get<std::string>();
   if (auto options = j.find("options"); options != j.end() && !options->is_null()) {

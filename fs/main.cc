@@ -78,7 +78,7 @@ int ValidateAndMount(MountOptions options) {
     if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "dir/" -> "dir"
     if (!ec) path = p.string();
   };
-  if (!options.source.empty() && !options.source.starts_with("gs://")) make_absolute(options.source);
+  if (!options.source.empty() && !IsObjectStoreSource(options.source)) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
   SetUpLogging(options.log_level);
   if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);

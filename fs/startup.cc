@@ -60,9 +60,9 @@ std::string RetrySummary(const Metrics& metrics) {
   return std::to_string(total) + (total == 1 ? " retry (" : " retries (") + causes + ")";
 }
 
-// True for gs://bucket/prefix with a prefix.
-bool HasGcsPrefix(const std::string& source) {
-  if (!source.starts_with("gs://")) return false;
+// True for gs://bucket/prefix or s3://bucket/prefix with a prefix.
+bool HasBucketPrefix(const std::string& source) {
+  if (!IsObjectStoreSource(source)) return false;
   size_t slash = source.find('/', 5);
   return slash != std::string::npos && source.find_first_not_of('/', slash) != std::string::npos;
 }
@@ -84,7 +84,7 @@ Status ReachSource(Namespace& ns, const MountOptions& options, const Metrics& me
                             " did not answer: " + RetrySummary(metrics));
   }
   RETURN_IF_ERROR(done.get());
-  if (HasGcsPrefix(options.source)) {
+  if (HasBucketPrefix(options.source)) {
     StatusOr<std::vector<DirEntry>> root = ns.ReadDir(kRootNode);  // listed above: no request
     if (root.ok() && root->empty()) {
       return NotFoundError(options.source + " holds no objects: check the prefix in the URL");

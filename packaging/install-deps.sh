@@ -10,6 +10,7 @@ packages=(
   libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for clang (packaging/run-fuzz.sh)
   libfuse3-dev fuse3
   libcurl4-openssl-dev libssl-dev openssl curl
+  libexpat1-dev  # the S3 listing's XML (core/store/s3/s3_xml.cc)
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy

@@ -83,8 +83,9 @@ Status SetFlag(bool& field, std::string_view value) {
 const std::array kOptions = {
     // Source and credentials.
     OptionSpec{.name = "endpoint", .value_name = "URL", .group = OptionGroup::kSource,
-               .help = "gs:// JSON API endpoint",
-               .default_value = "$STORAGE_EMULATOR_HOST, else GCS",
+               .help = "gs:// JSON API endpoint; s3:// an S3-compatible store's URL",
+               .default_value = "gs:// $STORAGE_EMULATOR_HOST, else GCS; s3:// $AWS_ENDPOINT_URL_S3, "
+                                "$AWS_ENDPOINT_URL, the profile's, else AWS",
                .apply = [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a URL");
                  o.endpoint = std::string(v);
@@ -103,7 +104,7 @@ const std::array kOptions = {
                .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.anonymous, v); }},
     OptionSpec{.name = "ca_file", .value_name = "PATH", .group = OptionGroup::kSource,
                .help = "PEM CA certificates to verify https with",
-               .default_value = "the system's",
+               .default_value = "the system's; s3:// $AWS_CA_BUNDLE first",
                .apply = [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a path to a PEM file of CA certificates");
                  o.ca_file = std::string(v);
@@ -120,6 +121,40 @@ const std::array kOptions = {
                .default_value = "30",
                .apply = [](MountOptions& o, std::string_view v) {
                  return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
+               }},
+    OptionSpec{.name = "region", .value_name = "REGION", .group = OptionGroup::kSource,
+               .help = "s3:// the bucket's region (auto for Cloudflare R2)",
+               .default_value = "$AWS_REGION, $AWS_DEFAULT_REGION, the profile's, else found from the bucket",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a region name such as eu-west-1");
+                 o.region = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "force_path_style", .group = OptionGroup::kSource,
+               .help = "s3:// the bucket in the path (https://host/bucket/key), as MinIO needs",
+               .default_value = "virtual-hosted where possible",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.force_path_style, v); }},
+    OptionSpec{.name = "profile", .value_name = "NAME", .group = OptionGroup::kSource,
+               .help = "s3:// credentials, region and endpoint from this profile of ~/.aws only",
+               .default_value = "the AWS credential chain ($AWS_PROFILE or default)",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a profile name");
+                 o.profile = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "no_sign_request", .group = OptionGroup::kSource,
+               .help = "s3:// unsigned requests, no credentials (public buckets)",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.no_sign_request, v); }},
+    OptionSpec{.name = "requester_pays", .group = OptionGroup::kSource,
+               .help = "s3:// a requester-pays bucket, billed to these credentials' account",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.requester_pays, v); }},
+    OptionSpec{.name = "expected_bucket_owner", .value_name = "ACCOUNT_ID", .group = OptionGroup::kSource,
+               .help = "s3:// the 12-digit account that must own the bucket",
+               .default_value = "not checked",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a 12-digit AWS account ID");
+                 o.expected_bucket_owner = std::string(v);
+                 return OkStatus();
                }},
 
     // Cache and fetching.
@@ -484,13 +519,33 @@ StatusOr<std::string> FitEngineToCache(MountOptions& options) {
          "choose other values";
 }
 
+bool IsObjectStoreSource(std::string_view source) {
+  return source.starts_with("gs://") || source.starts_with("s3://");
+}
+
 Status ValidateMountOptions(MountOptions& options) {
   if (options.source.empty()) {
-    return InvalidArgumentError("missing SOURCE: give a local directory or gs://bucket[/prefix]");
+    return InvalidArgumentError("missing SOURCE: give a local directory, gs://bucket[/prefix] or s3://bucket[/prefix]");
   }
-  if (!options.source.starts_with("gs://") &&
-      (!options.endpoint.empty() || !options.key_file.empty() || options.anonymous || !options.ca_file.empty())) {
-    return InvalidArgumentError("the endpoint, key_file, anonymous and ca_file options apply to gs:// sources only");
+  const bool gcs = options.source.starts_with("gs://");
+  const bool s3 = options.source.starts_with("s3://");
+  if (!gcs && !s3 && (!options.endpoint.empty() || !options.ca_file.empty())) {
+    return InvalidArgumentError("the endpoint and ca_file options apply to gs:// and s3:// sources only");
+  }
+  if (!gcs && (!options.key_file.empty() || options.anonymous)) {
+    return InvalidArgumentError(std::string("the key_file and anonymous options apply to gs:// sources only") +
+                                (s3 ? "; for s3:// use profile=NAME or no_sign_request" : ""));
+  }
+  for (const char* name :
+       {"region", "force_path_style", "profile", "no_sign_request", "requester_pays", "expected_bucket_owner"}) {
+    if (!s3 && options.given.contains(name)) {
+      return InvalidArgumentError("option " + std::string(name) + " applies to s3:// sources only" +
+                                  (gcs && std::string_view(name) == "no_sign_request" ? "; for gs:// use anonymous"
+                                                                                      : ""));
+    }
+  }
+  if (options.no_sign_request && !options.profile.empty()) {
+    return InvalidArgumentError("give either no_sign_request or profile=" + options.profile + ", not both");
   }
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
@@ -510,7 +565,7 @@ Status ValidateMountOptions(MountOptions& options) {
   // kernel received in full are kept for re-reads through other files (views)
   // only as far as one chunk: fetching them again is a copy from the page
   // cache, and each one kept is a buffer the next fetch cannot reuse.
-  if (!options.source.starts_with("gs://")) {
+  if (!IsObjectStoreSource(options.source)) {
     if (!options.given.contains("max_fetches")) options.engine.max_fetches = DefaultLocalFetches(UsableCpus());
     if (!options.given.contains("prefetch_window")) {
       options.engine.prefetch_window = DefaultLocalPrefetchWindow(options.engine);

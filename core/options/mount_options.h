@@ -25,7 +25,7 @@
 namespace tensorfs {
 
 struct MountOptions {
-  std::string source;      // local directory or gs://bucket[/prefix]
+  std::string source;      // local directory, gs://bucket[/prefix] or s3://bucket[/prefix]
   // An existing directory, or /dev/fd/N: a /dev/fuse descriptor that a parent
   // has already mounted and hands over (see FuseFdOfMountPoint).
   std::string mountpoint;
@@ -63,13 +63,25 @@ struct MountOptions {
   std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
   std::string prometheus_socket;  // also (or instead) serve them on this Unix socket ("" = none)
 
-  // gs:// sources only.
-  std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)
-  std::string key_file;          // service-account or authorized_user JSON key
-  bool anonymous = false;        // no credentials: public buckets
+  // gs:// and s3:// sources.
+  // gs://: the JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS); s3://:
+  // an S3-compatible store (else AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's, else AWS).
+  std::string endpoint;
   double retry_deadline_s = 120;  // how long a request keeps retrying transient failures
   double stall_timeout_s = 30;    // a response delivering no bytes this long is abandoned and retried
   std::string ca_file;            // PEM CA bundle that https endpoints are verified against ("" = system CAs)
+
+  // gs:// sources only.
+  std::string key_file;          // service-account or authorized_user JSON key
+  bool anonymous = false;        // no credentials: public buckets
+
+  // s3:// sources only (see core/store/s3/s3_options.h).
+  std::string region;                 // "" = AWS_REGION, AWS_DEFAULT_REGION, the profile's, else discovered
+  bool force_path_style = false;      // https://host/bucket/key rather than https://bucket.host/key
+  std::string profile;                // the only credentials source, and the profile read for settings
+  bool no_sign_request = false;       // unsigned requests: public buckets
+  bool requester_pays = false;        // x-amz-request-payer: requester
+  std::string expected_bucket_owner;  // x-amz-expected-bucket-owner
 };
 
 // The topics options are grouped under, in this order, in --help, the man page
@@ -121,6 +133,9 @@ Status ApplyMountOptionList(MountOptions& options, std::string_view list);
 // saying what to change when only values the user set could make them fit.
 inline constexpr int kMinFittedFetches = 8;
 StatusOr<std::string> FitEngineToCache(MountOptions& options);
+
+// True for an object-store source (gs:// or s3://), as opposed to a local directory.
+bool IsObjectStoreSource(std::string_view source);
 
 // Checks the whole struct (source and mount point given, values in range),
 // after FitEngineToCache, whose note it logs as a warning (a second call finds

@@ -10,9 +10,9 @@
 
 namespace tensorfs {
 
-// A local directory, or gs://bucket[/prefix]. The message says what to fix.
-// A gs:// store counts its retries in `metrics` when given (which must then
-// outlive the store).
+// A local directory, gs://bucket[/prefix] or s3://bucket[/prefix]. The message
+// says what to fix. A gs:// or s3:// store counts its retries in `metrics` when
+// given (which must then outlive the store).
 StatusOr<std::unique_ptr<ObjectStore>> OpenStore(const MountOptions& options, Metrics* metrics = nullptr);
 
 }  // namespace tensorfs

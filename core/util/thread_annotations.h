@@ -6,11 +6,12 @@
 //   1. vfs::Namespace::mu_ (not held across engine or store calls)
 //   2. views::ViewReader::prefetch_mu_
 //   3. engine::ReadEngine::mu_ (not held across store I/O or while calling back)
-//   4. store locks (LocalStore has none; GcsStore token and handle-pool locks)
+//   4. store locks (LocalStore has none; the GCS token cache, the AWS
+//      credentials cache, the HTTP client's handle pools)
 //   5. leaf locks: logging rate limiters (taken after the process-wide list of
-//      limiters, see log_limiter.h), stats counters, GCS EndpointHealth and
-//      RetryWindows, the engine's BufferPool (a chunk may be freed, and its
-//      buffer returned, under ReadEngine::mu_)
+//      limiters, see log_limiter.h), stats counters, the stores' EndpointHealth
+//      and RetryWindows, S3Store's region, the engine's BufferPool (a chunk may
+//      be freed, and its buffer returned, under ReadEngine::mu_)
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 

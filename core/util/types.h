@@ -19,13 +19,19 @@ struct ByteRange {
   auto operator<=>(const ByteRange&) const = default;
 };
 
-// The version of an object. GCS generations are positive int64; a local file's
-// generation is derived from its mtime and inode. Reads are pinned to one, so a
-// replaced object is never mixed with the old one.
+// The version of an object. Reads are pinned to one, so a replaced object is
+// never mixed with the old one. A store gives either a number or a token:
+//  - value: GCS generations (positive int64); a local file's, derived from its
+//    mtime and inode; 0 when the store gave none.
+//  - token: an opaque version string, S3's ETag (without its quotes); "" when
+//    the store gave none.
+// Both are compared (and ordered) together, so two versions are equal only
+// when the store said the same of both; ToString() is what messages print.
 struct Generation {
   int64_t value = 0;
+  std::string token;
   auto operator<=>(const Generation&) const = default;
-  std::string ToString() const { return std::to_string(value); }
+  std::string ToString() const { return token.empty() ? std::to_string(value) : token; }
 };
 
 // One version of one object: the cache key for its bytes.

@@ -254,6 +254,22 @@ class DescriptorMountTest(unittest.TestCase):
             unmount(bad_mnt)
             os.rmdir(bad_mnt)
 
+    def test_s3_source_on_a_descriptor(self):
+        # The same checkpoint through the server's S3 dialect: s3:// takes the
+        # descriptor path as gs:// does.
+        params = print_mount_params()
+        fd = kernel_mount(self.mountpoint, "s3://bucket/llama", params["data"])
+        try:
+            process, output = self.start(sandboxed([TENSORFS, "s3://bucket/llama", "/dev/fd/%d" % fd, "-f", "-o",
+                                                    "endpoint=%s,no_sign_request" % self.endpoint],
+                                                   hide=[self.mountpoint]), pass_fds=[fd])
+        finally:
+            os.close(fd)
+        wait_serving(self.mountpoint, process)
+        self.assert_same_as_source(self.mountpoint)
+        unmount(self.mountpoint)
+        check_end(self, process, "the parent's unmount", log=output.wait)
+
     def test_handoff_passes_sigterm_to_its_mounts_and_exits_cleanly(self):
         sockets = os.path.join(self.work, "sockets_term")
         os.makedirs(sockets, exist_ok=True)

@@ -157,5 +157,20 @@ TEST_F(MountCommandTest, GsSourceThroughMount) {
   Umount(mnt_.path(), "gs://ckpt/models");
 }
 
+TEST_F(MountCommandTest, S3SourceThroughMount) {
+  TempDir data;
+  WriteFile(data.path() + "/ckpt/models/llama/model.safetensors", std::string(1 << 20, 's'));
+  std::string error;
+  auto server = testing::GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  auto result = RunCommand("mount -t tensorfs s3://ckpt/models " + mnt_.path() +
+                           " -o ro,_netdev,no_sign_request,endpoint=" + server->endpoint());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(ProcMountsLine(mnt_.path()), ::testing::StartsWith("s3://ckpt/models "));
+  EXPECT_TRUE(SameBytes(ReadWhole(mnt_.path() + "/llama/model.safetensors"), std::string(1 << 20, 's')));
+  EXPECT_GE(server->Stats()["s3_requests"].get<int>(), 2) << "listed and read over S3";
+  Umount(mnt_.path(), "s3://ckpt/models");
+}
+
 }  // namespace
 }  // namespace tensorfs

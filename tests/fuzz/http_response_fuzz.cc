@@ -1,5 +1,5 @@
-// libFuzzer target: the HTTP/1.1 response parser of the GCS client's direct
-// body reads (core/store/gcs/http_parser.h), which reads bytes from the
+// libFuzzer target: the HTTP/1.1 response parser of the stores' direct
+// body reads (core/store/http/http_parser.h), which reads bytes from the
 // network. The first input byte picks how the rest is fed: bit 0, whether the
 // connection closes after it; bit 1, small limits (so that every limit is
 // reached); the upper six bits, the size of the pieces it arrives in. The
@@ -10,7 +10,7 @@
 // Built as fuzz_http_response by tests/fuzz/CMakeLists.txt (-DTENSORFS_FUZZ=ON);
 // it needs only the parser, so by hand:
 //   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -I. tests/fuzz/http_response_fuzz.cc
-//       core/store/gcs/http_parser.cc -o fuzz_http_response
+//       core/store/http/http_parser.cc -o fuzz_http_response
 //   ./fuzz_http_response -dict=tests/fuzz/http_response.dict -max_total_time=1800 WORK_DIR
 //       tests/fuzz/corpus/http_response
 #include <cstddef>
@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/store/gcs/http_parser.h"
+#include "core/store/http/http_parser.h"
 
 namespace {
 

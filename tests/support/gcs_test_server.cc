@@ -217,6 +217,17 @@ bool GcsTestServer::Upload(const std::string& bucket, const std::string& name, c
               bytes);
 }
 
+nlohmann::json GcsTestServer::NewS3Session(double lifetime_s) {
+  std::string body;
+  if (!Call("POST", "/_control/s3/sessions", nlohmann::json{{"lifetime", lifetime_s}}.dump(), &body)) {
+    return nlohmann::json();
+  }
+  nlohmann::json session = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
+  return session.is_discarded() ? nlohmann::json() : session;
+}
+
+bool GcsTestServer::ExpireS3Sessions() { return Call("POST", "/_control/s3/expire_sessions", ""); }
+
 std::string GcsTestServer::last_error() const {
   MutexLock lock(mu_);
   return last_error_;

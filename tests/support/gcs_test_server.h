@@ -1,7 +1,8 @@
 // GcsTestServer: runs tests/support/gcs_test_server.py (the project's GCS-compatible
-// server, documented in tests/support/GCS_TEST_SERVER.md) as a child process for
-// the lifetime of a test, on 127.0.0.1 and an ephemeral port, and drives its
-// control API (faults, stats, link shaping) and uploads.
+// server, which speaks the S3 dialect too; documented in
+// tests/support/GCS_TEST_SERVER.md) as a child process for the lifetime of a
+// test, on 127.0.0.1 and an ephemeral port, and drives its control API (faults,
+// stats, link shaping, S3 sessions) and uploads.
 //
 //   auto server = GcsTestServer::Start({.data_dir = dir}, &error);
 //   ASSERT_NE(server, nullptr) << error;
@@ -79,6 +80,12 @@ class GcsTestServer {
   // Creates or replaces gs://bucket/name through the upload endpoint, so the
   // object gets a generation greater than the one it replaces.
   bool Upload(const std::string& bucket, const std::string& name, const std::string& bytes);
+
+  // S3 dialect: temporary credentials valid for `lifetime_s` ({"access_key_id",
+  // "secret_access_key", "session_token"}; a null json on failure), and every
+  // one issued so far made to expire now (S3 answers ExpiredToken to them).
+  nlohmann::json NewS3Session(double lifetime_s);
+  bool ExpireS3Sessions();
 
   // Why the last failed call above failed.
   std::string last_error() const EXCLUDES(mu_);

@@ -6,8 +6,12 @@ integration test, the demo and the benchmarks talk to this server instead. It
 serves a directory tree as GCS buckets over the JSON API subset that tensorfs
 uses, issues OAuth2 tokens (service-account JWT, refresh token, GCE metadata),
 and adds a control API (/_control/...) through which tests inject faults, read
-counters and emulate a slow link. Standard library only; runs on /usr/bin/python3
-(3.11).
+counters and emulate a slow link. On the same port and data directory it also
+speaks the S3 REST dialect, verifying SigV4 signatures, with the STS,
+instance-metadata and container-credentials endpoints of the AWS credential
+chain: see s3_dialect.py (its flags are listed there and by --help). Faults,
+link emulation and counters apply to both dialects. Standard library only; runs
+on /usr/bin/python3 (3.11).
 
 USAGE
 
@@ -224,6 +228,8 @@ import time
 import traceback
 import urllib.parse
 
+import s3_dialect
+
 TMP_PREFIX = ".gcs_test_server.tmp."
 XATTR_HASHES = "user.gcs_test_server.hashes"
 MAX_RESULTS = 1000
@@ -234,7 +240,10 @@ HASH_CHUNK = 8 * 1024 * 1024
 PROJECT_ID = "test-project"
 SERVICE_ACCOUNT_EMAIL = "test@test-project.iam.gserviceaccount.com"
 # Route kinds that are storage requests (shaped, counted in "requests", need auth).
-STORAGE_KINDS = ("bucket", "list", "object", "media", "delete", "upload", "storage")
+STORAGE_KINDS = ("bucket", "list", "object", "media", "delete", "upload", "storage",
+                 "s3_list", "s3_object", "s3_media", "s3_bucket")
+S3_KINDS = ("s3_list", "s3_object", "s3_media", "s3_bucket", "sts", "imds", "container")
+MEDIA_KINDS = ("media", "s3_media")
 CONNECTION_ERRORS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 
 
@@ -298,8 +307,12 @@ class HashCache:
         self._done: dict[tuple, tuple[str, str]] = {}
         self._pending: dict[tuple, threading.Lock] = {}
 
-    def get(self, path: str, st: os.stat_result) -> tuple[str, str]:
+    def get(self, path: str, st: os.stat_result, source: str | None = None) -> tuple[str, str]:
+        """The hashes of the file at `path` whose stat is `st`; `source` (a
+        /proc/self/fd/N of that very file, opened) is read instead of `path` when
+        given, so that a file replaced meanwhile is not hashed in its place."""
         key = (st.st_dev, st.st_ino, generation_of(st), st.st_size)
+        path = source or path
         with self._lock:
             if key in self._done:
                 return self._done[key]
@@ -663,7 +676,8 @@ class Stats:
     """/_control/stats counters. Thread-safe."""
 
     COUNTERS = ("requests", "media_requests", "list_requests", "metadata_requests", "upload_requests",
-                "delete_requests", "token_requests", "gce_metadata_requests", "bytes_served", "faults_applied")
+                "delete_requests", "token_requests", "gce_metadata_requests", "bytes_served", "faults_applied",
+                "s3_requests", "sts_requests", "imds_requests", "container_credentials_requests")
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -980,6 +994,7 @@ class Server(http.server.ThreadingHTTPServer):
         self.stats = Stats()
         self.tokens = Tokens(args.token_lifetime)
         self.keys = [load_rsa_public_key(p) for p in (args.token_public_key or [])]
+        self.s3 = s3_dialect.S3Dialect(args, FileBody)
         self.tls_context = None
         if args.tls_cert:
             self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -1053,6 +1068,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_PATCH(self):
         self._dispatch("PATCH")
 
+    def do_HEAD(self):
+        self._dispatch("HEAD")
+
     # ------------------------------------------------------------------ plumbing
 
     def _read_body(self) -> bytes:
@@ -1111,7 +1129,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         requests_in_progress until its counters are all added."""
         route = self._route(method, path, params)
         kind = route[0]
-        self._media = kind == "media"
+        self._media = kind in MEDIA_KINDS
         self._count_request(kind)
         self._fault = self.server.faults.take(method, target, self._media)
         if self._fault is not None:
@@ -1125,7 +1143,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 time.sleep(latency / 1000.0)
         if self._fault is not None and self._fault.action == "status":
             code = self._fault.status
-            self._send_error(code, f"Injected fault: HTTP {code}", "injectedFault")
+            if kind in S3_KINDS:
+                self.server.s3.send_fault_status(self, code, method == "HEAD")
+            else:
+                self._send_error(code, f"Injected fault: HTTP {code}", "injectedFault")
+            return
+        if kind in S3_KINDS:
+            self.server.s3.handle(self, kind, route[1], route[2], method, params, body)
             return
         try:
             self._handle(kind, route[1], route[2], method, params, body)
@@ -1134,6 +1158,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def _route(self, method, path, params):
         """(kind, bucket, object_name); object_name is percent-decoded."""
+        s3 = self.server.s3.route(method, path, self.headers.get("Host", ""), params)
+        if s3 is not None:
+            return s3
         for base, media in (("/storage/v1/b/", False), ("/download/storage/v1/b/", True)):
             if path.startswith(base):
                 bucket_enc, sep, rest = path[len(base):].partition("/")
@@ -1169,10 +1196,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             auth = self.headers.get("Authorization")
             stats.auth(auth.split(None, 1)[0] if auth and auth.split() else "none")
             counter = {"media": "media_requests", "list": "list_requests", "object": "metadata_requests",
-                       "upload": "upload_requests", "delete": "delete_requests"}.get(kind)
+                       "upload": "upload_requests", "delete": "delete_requests", "s3_media": "media_requests",
+                       "s3_list": "list_requests", "s3_object": "metadata_requests"}.get(kind)
             if counter:
                 stats.add(counter)
+            if kind in S3_KINDS:
+                stats.add("s3_requests")
             self._counted = True
+        elif kind in ("sts", "imds", "container"):
+            self._counted = True  # counted by the S3 dialect's endpoints
         elif kind == "token":
             stats.add("token_requests")
             self._counted = True
@@ -1212,17 +1244,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
             lines.append("Connection: close")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def _send(self, code: int, headers, body):
+    def _send(self, code: int, headers, body, head_only: bool = False):
         """Writes one response; body is bytes or a FileBody. Applies the request's
-        fault rule and, for storage requests, the rate caps."""
+        fault rule and, for storage requests, the rate caps. With head_only (the
+        answer to a HEAD), the head says the body's Content-Length but no body follows."""
         if self._counted:
             self.server.stats.status(code)
         self.log_request(code)
+        head_only = head_only or self.command == "HEAD"
         no_body = code in (204, 304)
         length = None if no_body else (body.length if isinstance(body, FileBody) else len(body))
         head = self._head_bytes(code, headers, length)
         self._head_sent = True
-        if no_body:
+        if no_body or head_only:
             self.connection.sendall(head)
             return
         fault = self._fault if self._fault is not None and self._fault.action in (
@@ -1582,6 +1616,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             elif path == "/_control/tokens/revoke" and method == "POST":
                 server.tokens.revoke_all()
                 self._send_json(200, {"ok": True})
+            elif path.startswith("/_control/s3/") and server.s3.control(self, method, path, payload):
+                pass
             else:
                 self._send_json(404, {"ok": False, "error": f"no control endpoint {method} {path}"})
         except ValueError as err:
@@ -1609,6 +1645,7 @@ def parse_args(argv):
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--tls-cert", help="PEM certificate (chain): also serve TLS on the port")
     p.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    s3_dialect.add_arguments(p)
     args = p.parse_args(argv)
     if (args.tls_cert is None) != (args.tls_key is None):
         p.error("--tls-cert and --tls-key go together")

@@ -17,7 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/store/gcs/encoding.h"
+#include "core/store/gcs/gcs_errors.h"
+#include "core/store/http/encoding.h"
 
 namespace tensorfs {
 namespace {

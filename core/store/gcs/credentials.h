@@ -37,8 +37,8 @@
 #include <string_view>
 
 #include "core/store/gcs/gcs_options.h"
-#include "core/store/gcs/http.h"
-#include "core/store/gcs/retry.h"
+#include "core/store/http/http.h"
+#include "core/store/http/retry.h"
 #include "core/util/status.h"
 #include "core/util/thread_annotations.h"
 

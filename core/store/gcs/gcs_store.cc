@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/store/gcs/encoding.h"
+#include "core/store/http/encoding.h"
 #include "core/store/list_util.h"
 
 namespace tensorfs {
@@ -19,7 +19,6 @@ using nlohmann::json;
 
 constexpr std::string_view kObjectFields = "name,size,generation,updated,crc32c,md5Hash";
 constexpr std::string_view kListFields = "items(name,size,generation,updated,crc32c,md5Hash),prefixes,nextPageToken";
-constexpr size_t kMaxErrorBody = 64 * 1024;
 
 bool ParseUint(std::string_view s, uint64_t* out) {
   if (s.empty()) return false;
@@ -39,47 +38,7 @@ bool JsonUint(const json& j, std::string_view field, uint64_t* out) {
   return false;
 }
 
-bool IsTransient(const Status& s) {
-  return s.code() == ErrorCode::kUnavailable || s.code() == ErrorCode::kDeadlineExceeded;
-}
-
-AttemptResult FromCredentialsError(const Status& s) {
-  return IsTransient(s) ? AttemptResult::Transient(s, false, RetryCause::kCredentials) : AttemptResult::Permanent(s);
-}
-
-// How many failing ranges RetryWindows remembers, and for how long after their
-// last failure: long enough for the kernel (or a loader) to repeat a failed
-// read, short enough that a user trying again later gets a full window.
-constexpr size_t kRetryWindowCapacity = 1024;
-constexpr std::chrono::seconds kRetryWindowMemory{10};
-
-std::string RangeText(uint64_t first, uint64_t last) {
-  return "bytes " + std::to_string(first) + "-" + std::to_string(last);
-}
-
 }  // namespace
-
-bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last) {
-  constexpr std::string_view kUnit = "bytes ";
-  if (!value.starts_with(kUnit)) return false;
-  value.remove_prefix(kUnit.size());
-  size_t dash = value.find('-');
-  size_t slash = value.find('/');
-  if (dash == std::string_view::npos || slash == std::string_view::npos || slash < dash) return false;
-  if (!ParseUint(value.substr(0, dash), first) || !ParseUint(value.substr(dash + 1, slash - dash - 1), last) ||
-      *first > *last) {
-    return false;
-  }
-  const std::string_view total = value.substr(slash + 1);
-  uint64_t size = 0;
-  return total == "*" || (ParseUint(total, &size) && size > *last);
-}
-
-std::chrono::milliseconds RangeReadTimeout(uint64_t bytes) {
-  const uint64_t ms = bytes / kRangeReadMinRate * 1000 + bytes % kRangeReadMinRate * 1000 / kRangeReadMinRate;
-  return std::chrono::duration_cast<std::chrono::milliseconds>(kRangeReadAllowance) +
-         std::chrono::milliseconds(static_cast<int64_t>(ms));
-}
 
 StatusOr<ObjectInfo> ParseObjectResource(const json& resource, std::string_view prefix) {
   if (!resource.is_object()) return InternalError("object metadata is not a JSON object");
@@ -157,21 +116,22 @@ GcsStore::GcsStore(const GcsOptions& options, std::string endpoint, Dependencies
     : options_(options),
       endpoint_(std::move(endpoint)),
       clock_(*deps.clock),
-      jitter_(std::move(deps.jitter)),
       http_(std::move(deps.http)),
       credentials_(std::move(deps.credentials)),
       own_metrics_(deps.metrics == nullptr ? std::make_unique<Metrics>() : nullptr),
       metrics_(deps.metrics != nullptr ? *deps.metrics : *own_metrics_),
-      health_(clock_),
-      windows_(kRetryWindowCapacity, kRetryWindowMemory),
-      retry_log_limiter_(clock_, std::chrono::seconds(1), "GCS request retries") {}
+      retries_(RetryOptions{.initial_backoff = options.initial_backoff,
+                            .max_backoff = options.max_backoff,
+                            .max_reconnect_backoff = std::min(std::chrono::milliseconds(1000), options.max_backoff),
+                            .deadline = options.retry_deadline},
+               clock_, std::move(deps.jitter), metrics_, "GCS request retries") {}
 
 GcsStore::~GcsStore() = default;
 
 std::string GcsStore::Describe() const { return GcsUrl(options_.bucket, options_.prefix); }
 
 GcsStore::Counters GcsStore::counters() const {
-  return Counters{requests_.load(), retries_.load(), bytes_received_.load()};
+  return Counters{requests_.load(), retries_.retries(), bytes_received_.load()};
 }
 
 std::string GcsStore::ObjectUrl(std::string_view full_name) const {
@@ -205,33 +165,6 @@ StatusOr<HttpResponse> GcsStore::Send(const HttpRequest& request) {
   }
 }
 
-Status GcsStore::RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt,
-                                const RetryWindows::Range* range) {
-  RetryOptions retry;
-  retry.initial_backoff = options_.initial_backoff;
-  retry.max_backoff = options_.max_backoff;
-  retry.max_reconnect_backoff = std::min(retry.max_reconnect_backoff, options_.max_backoff);
-  retry.deadline = options_.retry_deadline;
-  RetryLoop loop(retry, clock_, jitter_);
-  RetryLoop::Hooks hooks;
-  hooks.health = &health_;
-  if (range != nullptr) {
-    hooks.window_start = [&](Clock::TimePoint now) { return windows_.Open(*range, now); };
-    hooks.on_progress = [&](Clock::TimePoint now) { windows_.Restart(*range, now); };
-  }
-  hooks.on_retry = [&](int attempt_number, const AttemptResult& result, std::chrono::milliseconds delay) {
-    ++retries_;
-    metrics_.retries.Count(result.cause, result.http_status);
-    if (range != nullptr) windows_.Failed(*range, clock_.Now());
-    retry_log_limiter_.Warn(fmt::format("{}: {}; retrying in {} ms (attempt {} failed)", what,
-                                        result.status.message(), delay.count(), attempt_number));
-  };
-  Status s = loop.Run(what, attempt, hooks);
-  if (loop.gave_up()) metrics_.retries.exhausted.fetch_add(1, std::memory_order_relaxed);
-  if (s.ok() && range != nullptr) windows_.Succeeded(*range);
-  return s;
-}
-
 StatusOr<ObjectInfo> GcsStore::Stat(std::string_view name) {
   if (name.empty() || name.starts_with('/')) {
     return InvalidArgumentError("invalid object name '" + std::string(name) + "' for " + Describe());
@@ -246,7 +179,7 @@ StatusOr<ObjectInfo> GcsStore::StatFullName(const std::string& full_name) {
   req.headers = {"Accept: application/json"};
   req.max_body_bytes = 1 << 20;
   ObjectInfo info;
-  Status s = RunWithRetries(ctx.what, [&]() -> AttemptResult {
+  Status s = retries_.Run(ctx.what, [&]() -> AttemptResult {
     StatusOr<HttpResponse> r = Send(req);
     if (!r.ok()) return FromCredentialsError(r.status());
     spdlog::debug("GET {} metadata: {}", ctx.object_url, r->Summary());
@@ -277,7 +210,7 @@ StatusOr<Listing> GcsStore::List(std::string_view prefix, std::string_view delim
     if (!page_token.empty()) req.url += "&pageToken=" + PercentEncode(page_token);
     req.headers = {"Accept: application/json"};
     std::string next_token;
-    Status s = RunWithRetries(ctx.what, [&]() -> AttemptResult {
+    Status s = retries_.Run(ctx.what, [&]() -> AttemptResult {
       StatusOr<HttpResponse> r = Send(req);
       if (!r.ok()) return FromCredentialsError(r.status());
       spdlog::debug("GET {} list page {}: {}", ctx.object_url, page, r->Summary());
@@ -336,105 +269,38 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
   if (pinned) ctx.generation = object.generation;
   std::string base_url = ObjectUrl(full_name) + "?alt=media";
   if (pinned) base_url += "&generation=" + object.generation.ToString();
-
-  uint64_t done = 0;  // bytes of `out` filled so far; a retry asks for the rest
-  uint64_t resumed = 0;  // of which counted as resumed (kept from a cut-short response)
   // An unpinned read is pinned, once bytes arrived, to the generation they came
   // from, so a resumed read never mixes two versions.
   std::string seen_generation;
-  const RetryWindows::Range range{full_name, object.generation.value, offset, last};
-  Status s = RunWithRetries(ctx.what, [&]() -> AttemptResult {
-    if (done > resumed) {
-      metrics_.retries.resumed_bytes.fetch_add(done - resumed, std::memory_order_relaxed);
-      resumed = done;
-    }
-    const uint64_t first = offset + done;
-    const uint64_t wanted = last - first + 1;
+  RangeReadHooks hooks;
+  hooks.send = [&](HttpRequest& request, uint64_t, uint64_t) {
+    request.url = base_url;
+    if (!pinned && !seen_generation.empty()) request.url += "&generation=" + seen_generation;
+    return Send(request);
+  };
+  hooks.check_version = [&](const HttpHeaders& headers) -> Status {
     // The generation the bytes must come from: the read's, or (unpinned) the
     // one the first bytes came from.
-    const std::string expected_generation = pinned ? object.generation.ToString() : seen_generation;
-    HttpRequest req;
-    req.url = base_url;
-    if (!pinned && !seen_generation.empty()) req.url += "&generation=" + seen_generation;
-    req.headers = {"Range: bytes=" + std::to_string(first) + "-" + std::to_string(last)};
-    req.sink = out.subspan(done);
-    req.max_body_bytes = kMaxErrorBody;
-    req.total_timeout = RangeReadTimeout(wanted);
-    Status rejected;  // why a 2xx body was not accepted into the sink
-    req.use_sink = [&](long status, const HttpHeaders& headers) {
-      if (status != 200 && status != 206) return false;  // an error body, kept for its message
-      // A body framed by Content-Length must be exactly the range asked for
-      // (a chunked one is held to it by the sink's size and the count below).
-      auto cl = headers.find("content-length");
-      uint64_t length = 0;
-      const bool length_ok = cl == headers.end() || (ParseUint(cl->second, &length) && length == wanted);
-      if (status == 206) {
-        uint64_t got_first = 0, got_last = 0;
-        auto cr = headers.find("content-range");
-        if (cr == headers.end() || !ParseContentRange(cr->second, &got_first, &got_last) || got_first != first ||
-            got_last != last) {
-          rejected = InternalError(ctx.what + ": the server answered " +
-                                   (cr == headers.end() ? std::string("without a Content-Range")
-                                                        : "with Content-Range " + cr->second) +
-                                   " to a request for " + RangeText(first, last));
-          return false;
-        }
-        if (!length_ok) {
-          rejected = InternalError(ctx.what + ": the server answered Content-Range " + cr->second +
-                                   " with Content-Length " + cl->second + " to a request for " +
-                                   RangeText(first, last) + " (" + std::to_string(wanted) + " bytes)");
-          return false;
-        }
-      } else if (first != 0) {
-        rejected = InternalError(ctx.what + ": the server ignored the Range header (HTTP 200)");
-        return false;
-      } else if (!length_ok) {  // HTTP 200: the whole object from byte 0, which must be the range asked for
-        rejected = InternalError(ctx.what + ": the server ignored the Range header (HTTP 200 with Content-Length " +
-                                 cl->second + " to a request for " + std::to_string(wanted) + " bytes)");
-        return false;
-      }
-      auto g = headers.find("x-goog-generation");
-      if (expected_generation.empty()) {
-        if (g != headers.end()) seen_generation = g->second;
-      } else if (g == headers.end()) {
-        rejected = InternalError(ctx.what + ": the server answered without x-goog-generation, so the bytes " +
-                                 "cannot be known to be of generation " + expected_generation);
-        return false;
-      } else if (g->second != expected_generation) {
-        rejected = StaleError(ctx.object_url + " changed while mounted (generation " + expected_generation +
-                              " is gone; the server has generation " + g->second + ")");
-        return false;
-      }
-      return true;
-    };
-    const Clock::TimePoint started = clock_.Now();
-    StatusOr<HttpResponse> r = Send(req);
-    if (!r.ok()) return FromCredentialsError(r.status());
-    const uint64_t got = r->sink_bytes;
-    done += got;
-    bytes_received_ += got;
-    spdlog::debug("GET {} {}: {}, {} bytes in {} ms", ctx.object_url, RangeText(first, last), r->Summary(), got,
-                  std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - started).count());
-    if (!rejected.ok()) return AttemptResult::Permanent(rejected);
-    const bool success_status = r->status == 200 || r->status == 206;
-    if (success_status && done == out.size()) return AttemptResult::Done();
-    if (success_status && r->transport_ok()) {
-      return AttemptResult::Transient(
-          UnavailableError("body cut short: " + std::to_string(got) + " of " + std::to_string(last - first + 1) +
-                           " bytes arrived (" + RangeText(first, last) + ")"),
-          got > 0, RetryCause::kTruncated);
+    const std::string expected = pinned ? object.generation.ToString() : seen_generation;
+    auto g = headers.find("x-goog-generation");
+    if (expected.empty()) {
+      if (g != headers.end()) seen_generation = g->second;
+      return OkStatus();
     }
-    AttemptResult result = ClassifyHttpResponse(*r, ctx);
-    // A request stopped by its total timeout is too slow, however many bytes
-    // it brought: it does not restart the retry window, so a server trickling
-    // bytes holds a read for at most retry_deadline plus one request.
-    result.progress = got > 0 && r->error != TransportError::kTimeout;
-    if (result.retryable && got > 0) {
-      result.status = Status(result.status.code(), result.status.message() + " after " + std::to_string(got) +
-                                                       " of " + std::to_string(last - first + 1) + " bytes");
+    if (g == headers.end()) {
+      return InternalError(ctx.what + ": the server answered without x-goog-generation, so the bytes " +
+                           "cannot be known to be of generation " + expected);
     }
-    return result;
-  }, &range);
+    if (g->second != expected) {
+      return StaleError(ctx.object_url + " changed while mounted (generation " + expected +
+                        " is gone; the server has generation " + g->second + ")");
+    }
+    return OkStatus();
+  };
+  hooks.classify = [&](const HttpResponse& r) { return ClassifyHttpResponse(r, ctx); };
+  RangeRead read(ctx.what, ctx.object_url, offset, out, clock_, metrics_, bytes_received_, std::move(hooks));
+  const RetryWindows::Range range{full_name, object.generation, offset, last};
+  Status s = retries_.Run(ctx.what, [&] { return read.Attempt(); }, &range);
   if (s.ok() || s.code() != ErrorCode::kStale || !pinned) return s;
   // The generation is gone: tell a replaced object (kStale) from a deleted one.
   StatusOr<ObjectInfo> now = StatFullName(full_name);

@@ -10,7 +10,8 @@
 // name ends in '/' (the zero-byte "folder" placeholders consoles create) are
 // left out of listings.
 //
-// Every operation runs under a RetryLoop (retry.h): transient failures are
+// Every operation runs under the store's StoreRetries (core/store/http/retry.h),
+// over the HttpClient every HTTP store shares: transient failures are
 // retried with jittered backoff (each wait at most 2 s, 1 s after a failure to
 // connect) until GcsOptions::retry_deadline passes without progress, and a read
 // cut short resumes from its first missing byte. The store's requests share one
@@ -22,10 +23,11 @@
 // connect timeout). Retries are counted by cause in the Metrics. A 401
 // refreshes the access token once. Reads are pinned to the generation they are
 // given: if that generation is gone the read fails with kStale (kNotFound if the
-// object itself was deleted), never returning bytes of another version. A
-// range response is taken only if it says it is those bytes: x-goog-generation
-// equal to the pinned generation, Content-Range and Content-Length equal to the
-// range asked; each range request has a total timeout (RangeReadTimeout).
+// object itself was deleted), never returning bytes of another version. Reads
+// take the path every HTTP store's do (core/store/http/range_read.h): a range
+// response is taken only if it says it is those bytes, Content-Range and
+// Content-Length equal to the range asked and x-goog-generation equal to the
+// pinned generation; each range request has a total timeout (RangeReadTimeout).
 //
 // With STORAGE_EMULATOR_HOST set (and no -o endpoint or key_file), requests are
 // anonymous, as in Google's client libraries.
@@ -33,8 +35,7 @@
 // Thread-safety: all methods may be called concurrently from many threads; each
 // call blocks its thread. The store holds no lock across a request; its shared
 // state is the HttpClient and CredentialsProvider (both thread-safe), atomic
-// counters, the EndpointHealth and RetryWindows (leaf locks) and a log rate
-// limiter.
+// counters and the StoreRetries (leaf locks).
 #ifndef TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
 #define TENSORFS_CORE_STORE_GCS_GCS_STORE_H_
 
@@ -50,11 +51,12 @@
 
 #include "core/metrics/metrics.h"
 #include "core/store/gcs/credentials.h"
+#include "core/store/gcs/gcs_errors.h"
 #include "core/store/gcs/gcs_options.h"
-#include "core/store/gcs/http.h"
-#include "core/store/gcs/retry.h"
+#include "core/store/http/http.h"
+#include "core/store/http/range_read.h"
+#include "core/store/http/retry.h"
 #include "core/store/object_store.h"
-#include "core/util/log_limiter.h"
 
 namespace tensorfs {
 
@@ -103,11 +105,6 @@ class GcsStore : public ObjectStore {
   // Sends `request` with the Authorization header; on a 401 drops the token and
   // sends it once more. Fails only if no token could be had.
   StatusOr<HttpResponse> Send(const HttpRequest& request);
-  // Runs one operation's attempts, counting and logging (rate-limited) its
-  // retries. With `range`, a read's: its window continues an earlier failure
-  // of those bytes (see RetryWindows).
-  Status RunWithRetries(const std::string& what, const std::function<AttemptResult()>& attempt,
-                        const RetryWindows::Range* range = nullptr);
   StatusOr<ObjectInfo> StatFullName(const std::string& full_name);
 
   const GcsOptions options_;
@@ -119,11 +116,8 @@ class GcsStore : public ObjectStore {
   std::unique_ptr<CredentialsProvider> credentials_;
   std::unique_ptr<Metrics> own_metrics_;  // when none was given
   Metrics& metrics_;
-  EndpointHealth health_;
-  RetryWindows windows_;
-  LogRateLimiter retry_log_limiter_;
+  StoreRetries retries_;
   std::atomic<uint64_t> requests_{0};
-  std::atomic<uint64_t> retries_{0};
   std::atomic<uint64_t> bytes_received_{0};
 };
 
@@ -131,22 +125,6 @@ class GcsStore : public ObjectStore {
 // relative to `prefix` (which the object's name must start with). A missing size
 // means 0; "updated" becomes mtime_ns; crc32c is decoded from base64.
 StatusOr<ObjectInfo> ParseObjectResource(const nlohmann::json& resource, std::string_view prefix);
-
-// Parses "bytes a-b/total" (total may be '*'). False if malformed, or if the
-// range does not lie within the total.
-bool ParseContentRange(std::string_view value, uint64_t* first, uint64_t* last);
-
-// Every range request must finish within RangeReadTimeout(its size): a fixed
-// allowance (connection, TLS, the server's first byte) plus its bytes at a
-// minimum rate of 32 KiB/s; an 8 MiB chunk gets 30 + 256 s. This is on top of
-// stall_timeout (no byte at all for that long): a server that trickles a byte
-// now and then is stopped too. The rate is per request: 32 fetches in flight
-// need 1 MiB/s in all. A request stopped this way fails with kTimeout, is
-// retried from its first missing byte, and does not count as progress for the
-// retry window (see GcsStore::Read).
-inline constexpr uint64_t kRangeReadMinRate = 32 << 10;  // bytes per second
-inline constexpr std::chrono::seconds kRangeReadAllowance{30};
-std::chrono::milliseconds RangeReadTimeout(uint64_t bytes);
 
 }  // namespace tensorfs
 

@@ -129,6 +129,48 @@ TEST(MountOptionsTest, LocalDirectoryFetchesFollowTheCpusUnlessGiven) {
   EXPECT_EQ(given.engine.max_fetches, 48);
 }
 
+TEST(MountOptionsTest, S3SourcesTakeTheObjectStoreDefaults) {
+  MountOptions s3;
+  s3.source = "s3://bucket/prefix";
+  s3.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(s3, "region=eu-west-1,force_path_style,profile=ml,requester_pays,"
+                                       "expected_bucket_owner=123456789012,endpoint=https://minio:9000")
+                  .ok());
+  ASSERT_TRUE(ValidateMountOptions(s3).ok());
+  EXPECT_EQ(s3.engine.max_fetches, 32) << "a remote store, not a local directory";
+  EXPECT_EQ(s3.region, "eu-west-1");
+  EXPECT_TRUE(s3.force_path_style);
+  EXPECT_EQ(s3.profile, "ml");
+  EXPECT_TRUE(s3.requester_pays);
+  EXPECT_EQ(s3.expected_bucket_owner, "123456789012");
+  EXPECT_TRUE(IsObjectStoreSource("s3://b"));
+  EXPECT_FALSE(IsObjectStoreSource("/data/s3:/x"));
+}
+
+TEST(MountOptionsTest, S3OptionsOnOtherSourcesSayWhereTheyApply) {
+  MountOptions gcs;
+  gcs.source = "gs://bucket";
+  gcs.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(gcs, "no_sign_request").ok());
+  EXPECT_THAT(ValidateMountOptions(gcs).message(),
+              HasSubstr("no_sign_request applies to s3:// sources only; for gs:// use anonymous"));
+  MountOptions s3;
+  s3.source = "s3://bucket";
+  s3.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(s3, "anonymous").ok());
+  EXPECT_THAT(ValidateMountOptions(s3).message(), HasSubstr("for s3:// use profile=NAME or no_sign_request"));
+  MountOptions both;
+  both.source = "s3://bucket";
+  both.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(both, "no_sign_request,profile=x").ok());
+  EXPECT_THAT(ValidateMountOptions(both).message(), HasSubstr("either no_sign_request or profile=x"));
+  MountOptions dir;
+  dir.source = "/tmp";
+  dir.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(dir, "endpoint=http://x").ok());
+  EXPECT_THAT(ValidateMountOptions(dir).message(), HasSubstr("apply to gs:// and s3:// sources only"));
+}
+
 TEST(MountOptionsTest, LocalDirectoryWindowFollowsItsFetchesUnlessGiven) {
   EngineOptions engine;
   engine.max_fetches = 4;

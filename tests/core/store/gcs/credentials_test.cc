@@ -19,9 +19,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/store/gcs/encoding.h"
-#include "tests/core/store/gcs/fakes.h"
-#include "tests/core/store/gcs/scoped_env.h"
+#include "core/store/http/encoding.h"
+#include "tests/core/store/http/fakes.h"
+#include "tests/core/store/http/scoped_env.h"
 #include "tests/core/store/gcs/test_keys.h"
 
 namespace tensorfs {

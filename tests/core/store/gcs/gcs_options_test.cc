@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/core/store/gcs/scoped_env.h"
+#include "tests/core/store/http/scoped_env.h"
 
 namespace tensorfs {
 namespace {

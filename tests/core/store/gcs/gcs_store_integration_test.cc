@@ -17,9 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/store/gcs/gcs_store.h"
-#include "tests/core/store/gcs/scoped_env.h"
+#include "tests/core/store/http/scoped_env.h"
 #include "tests/core/store/gcs/test_keys.h"
-#include "tests/core/store/gcs/fakes.h"
+#include "tests/core/store/http/fakes.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/test_util.h"
 

@@ -10,7 +10,7 @@
 
 #include "core/store/gcs/credentials.h"
 #include "core/store/gcs/gcs_store.h"
-#include "tests/core/store/gcs/fakes.h"
+#include "tests/core/store/http/fakes.h"
 
 namespace tensorfs {
 namespace {

@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tests/core/store/gcs/fakes.h"
-#include "tests/core/store/gcs/scoped_env.h"
+#include "tests/core/store/http/fakes.h"
+#include "tests/core/store/http/scoped_env.h"
 
 namespace tensorfs {
 namespace {

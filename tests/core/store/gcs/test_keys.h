@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/store/gcs/encoding.h"
+#include "core/store/http/encoding.h"
 #include "tests/support/test_util.h"
 
 namespace tensorfs::testing {
