@@ -424,4 +424,6 @@ class FaultsAndCountersTest(S3Test):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from daemon_check import run_tests
+    run_tests()
