@@ -58,6 +58,10 @@ std::string RenderStatsText(const nlohmann::json& s) {
       << " misses, " << u("cache_evictions") << " evictions\n";
   out << "chunk buffers           " << u("buffers_reused") << " reused, " << u("buffers_mapped") << " mapped fresh\n";
   out << "metadata requests       " << u("metadata_requests") << "\n";
+  out << "listings                " << u("listings") << " (" << u("listings_changed") << " found a change: "
+      << u("versions_replaced") << " objects replaced, " << u("entries_removed") << " entries gone); "
+      << u("kernel_invalidations") << " kernel invalidations sent\n";
+  out << "nodes                   " << u("nodes") << "\n";
   const auto& lat = s.value("fetch_latency", nlohmann::json::object());
   char line[128];
   std::snprintf(line, sizeof line, "fetch latency           p50 <= %.3f s, p90 <= %.3f s, p99 <= %.3f s over %llu fetches\n",

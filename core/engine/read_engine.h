@@ -229,6 +229,13 @@ class ReadEngine final : private FetchPlanner::Host {
   // The file `reader` was opened on is closed: what was learned of it goes.
   void ReleaseReader(ReaderId reader) EXCLUDES(mu_);
 
+  // No file shows the object version `object` any more (the namespace freed
+  // its node): its state, its cached extents and its place in the read order
+  // go now, not when the engine's bounds reach them. State that fetches
+  // queued or running still use stays until they end (PruneObjects then finds
+  // it idle); chunks a read holds stay until the read is answered.
+  void ForgetObject(const ObjectId& object) EXCLUDES(mu_);
+
   // Where the readahead policy's value goes (the FUSE adapter writes the
   // mount's bdi): called at once with the value wanted now, then each time
   // what the engine learns of its readers changes it, and when a safetensors
