@@ -116,7 +116,16 @@ Namespace::Node& Namespace::AddChild(Node& dir, std::string name, Node node) {
 
 void Namespace::Detach(Node& child, Changes& changes) {
   child.attached = false;
-  if (child.kernel_refs == 0) Free(child, changes);
+  if (child.kernel_refs == 0) return Free(child, changes);
+  // The kernel still holds the directory (a process in it, a file open in
+  // it): the entries it holds of it would keep it, and it them, cached past
+  // their use; they are dropped from its caches.
+  std::vector<std::string> held;
+  for (const auto& [name, id] : child.children) {
+    const Node* c = Find(id);
+    if (c != nullptr && c->kernel_refs > 0) held.push_back(name);
+  }
+  if (!held.empty()) changes.unlisted.emplace_back(child.id, std::move(held));
 }
 
 void Namespace::Free(Node& node, Changes& changes) {
@@ -309,10 +318,13 @@ void Namespace::Publish(NodeId dir, Changes changes) {
   for (const ObjectId& object : changes.freed) engine_.ForgetObject(object);
   for (const ObjectInfo& shard : changes.new_shards) engine_.PrefetchHead(shard);
   if (changes.read_order) engine_.SetReadOrder(*changes.read_order);
-  if (!changes.names.empty()) {
-    if (ChangeObserver* observer = observer_.load(std::memory_order_acquire)) {
-      observer->EntriesChanged(dir, std::move(changes.names));
-    }
+  if (!changes.names.empty()) Notify(dir, std::move(changes.names));
+  for (auto& [unlisted_dir, names] : changes.unlisted) Notify(unlisted_dir, std::move(names));
+}
+
+void Namespace::Notify(NodeId dir, std::vector<std::string> names) {
+  if (ChangeObserver* observer = observer_.load(std::memory_order_acquire)) {
+    observer->EntriesChanged(dir, std::move(names));
   }
 }
 
@@ -402,13 +414,22 @@ StatusOr<NodeAttr> Namespace::Lookup(NodeId parent, std::string_view name) {
     }
   }
   RETURN_IF_ERROR(EnsureFresh(parent, max_age));
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(const Node* dir, FindOrError(parent));
-  auto it = dir->children.find(name);
-  Node* child = it == dir->children.end() ? nullptr : Find(it->second);
-  if (child == nullptr) return NotFoundError("no entry " + std::string(name));
-  ++child->kernel_refs;
-  return AttrOf(*child);
+  StatusOr<NodeAttr> found = NotFoundError("no entry " + std::string(name));
+  bool unlisted = false;
+  {
+    MutexLock lock(mu_);
+    ASSIGN_OR_RETURN(const Node* dir, FindOrError(parent));
+    auto it = dir->children.find(name);
+    if (Node* child = it == dir->children.end() ? nullptr : Find(it->second)) {
+      ++child->kernel_refs;
+      found = AttrOf(*child);
+    }
+    unlisted = !IsCurrent(*dir);
+  }
+  // In a directory that left the listings (a process still in it), the entry
+  // is not kept by the kernel: it would keep the directory cached.
+  if (unlisted) Notify(parent, {std::string(name)});
+  return found;
 }
 
 StatusOr<NodeAttr> Namespace::GetAttr(NodeId id) {
@@ -432,10 +453,20 @@ StatusOr<Namespace::Directory> Namespace::ReadDir(NodeId id) {
 }
 
 StatusOr<NodeAttr> Namespace::Acquire(NodeId id) {
-  MutexLock lock(mu_);
-  ASSIGN_OR_RETURN(Node * node, FindOrError(id));
-  ++node->kernel_refs;
-  return AttrOf(*node);
+  NodeAttr attr;
+  NodeId parent;
+  std::string unlisted;  // the entry's name, when its directory left the listings (see Lookup)
+  {
+    MutexLock lock(mu_);
+    ASSIGN_OR_RETURN(Node * node, FindOrError(id));
+    ++node->kernel_refs;
+    attr = AttrOf(*node);
+    parent = node->parent;
+    const Node* dir = Find(parent);
+    if (dir == nullptr || !IsCurrent(*dir)) unlisted = node->name;
+  }
+  if (!unlisted.empty()) Notify(parent, {std::move(unlisted)});
+  return attr;
 }
 
 void Namespace::Forget(std::span<const Forgotten> forgotten) {

@@ -36,7 +36,10 @@
 // show plus what the kernel still refers to.
 //
 // Changes go to a ChangeObserver (the fs/ adapter, which drops what the
-// kernel caches of the directory), after the Namespace's lock is released.
+// kernel caches of the directory), after the Namespace's lock is released;
+// so do the entries the kernel is given of a directory that has left the
+// listings (a process still in an old view directory): cached, they would
+// keep it and its nodes from ever being forgotten.
 //
 // Views: a directory holding *.safetensors files (a checkpoint directory) also
 // shows the view directories selected by ViewOptions (core/views/views.h),
@@ -135,7 +138,8 @@ class ChangeObserver {
  public:
   virtual ~ChangeObserver() = default;
   // The entries `names` of directory `dir` were added, removed, or now name
-  // another node (a new version, a file that became a directory).
+  // another node (a new version, a file that became a directory); or `dir`
+  // has left the listings and the kernel should not keep them.
   virtual void EntriesChanged(NodeId dir, std::vector<std::string> names) = 0;
 };
 
@@ -249,6 +253,8 @@ class Namespace {
     std::vector<ObjectInfo> new_shards;  // their heads are prefetched
     std::optional<std::vector<ObjectInfo>> read_order;  // the shards, when they changed
     std::vector<ObjectId> freed;         // object versions no node shows any more
+    // Entries the kernel holds of directories that left the listings.
+    std::vector<std::pair<NodeId, std::vector<std::string>>> unlisted;
   };
 
   // Lists `dir` from the store unless its listing is younger than `max_age`
@@ -262,6 +268,8 @@ class Namespace {
   std::shared_ptr<const CheckpointScan> Scan(CheckpointDir& checkpoint) EXCLUDES(mu_);
   // What follows a change, without mu_: engine calls and the observer.
   void Publish(NodeId dir, Changes changes) EXCLUDES(mu_);
+  // Tells the observer, if any, that the kernel should drop `names` of `dir`.
+  void Notify(NodeId dir, std::vector<std::string> names) EXCLUDES(mu_);
 
   NodeAttr AttrOf(const Node& node) const REQUIRES(mu_);
   Node* Find(NodeId id) const REQUIRES(mu_);
@@ -269,7 +277,8 @@ class Namespace {
   // Adds a child `name` of `dir`, made from `node`.
   Node& AddChild(Node& dir, std::string name, Node node) REQUIRES(mu_);
   // Takes `child` out of its parent's listing (the caller erases it from the
-  // children); frees it if the kernel holds no reference.
+  // children); frees it if the kernel holds no reference, else has the
+  // kernel drop the entries it holds of it.
   void Detach(Node& child, Changes& changes) REQUIRES(mu_);
   // Frees `node` and its children that the kernel does not hold.
   void Free(Node& node, Changes& changes) REQUIRES(mu_);
