@@ -491,9 +491,9 @@ Status FuseServer::Run() {
   ns_.SetChangeObserver(notifier_.get());
   int rc = fuse_session_loop_mt(session_, config);
   fuse_loop_cfg_destroy(config);
+  if (on_stopping_) on_stopping_();
   ns_.SetChangeObserver(nullptr);
   if (!notifier_->Stop()) (void)notifier_.release();  // still inside the kernel, with the session
-  if (on_stopping_) on_stopping_();
   if (mounted_) {
     fuse_session_unmount(session_);
     mounted_ = false;

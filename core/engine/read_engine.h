@@ -65,9 +65,10 @@
 // fault at the slice readahead.
 //
 // State is bounded: objects' state (and their cached extents) past
-// Tuning::max_objects idle ones, readers' past Tuning::max_readers (and at
-// ReleaseReader), extents by the cache's budget, slice sweeps with the
-// patterns they belong to.
+// Tuning::max_objects idle ones (and a version no file shows any more at
+// ForgetObject), readers' past Tuning::max_readers (and at ReleaseReader),
+// extents by the cache's budget, slice sweeps with the patterns they belong
+// to.
 //
 // A broken invariant on the read path (cache entries that do not tile a read)
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted

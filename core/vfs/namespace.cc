@@ -540,12 +540,7 @@ void Namespace::Read(NodeId id, uint64_t offset, size_t size, ReadDone done, Rea
       done(std::move(r));
     });
   }
-  engine_.Read(object, offset, size, [done = std::move(done)](StatusOr<ReadResult> r) {
-    // The version this file was opened on was deleted: as for a replaced one,
-    // the file can no longer be read (its name answers ENOENT once listed).
-    if (!r.ok() && r.status().code() == ErrorCode::kNotFound) return done(StaleError(r.status().message()));
-    done(std::move(r));
-  }, ReadHints{.reader = reader});
+  engine_.Read(object, offset, size, std::move(done), ReadHints{.reader = reader});
 }
 
 Namespace::FsStats Namespace::Stats() const {

@@ -187,7 +187,8 @@ class Namespace {
   // Reads up to `size` bytes at `offset` (fewer at the end of the file, none past
   // it). `done` is called exactly once, on any thread, maybe before Read returns.
   // `reader` is the open file the read is for (see ReaderId). The version the
-  // node stands for, or kStale once the store no longer has it.
+  // node stands for: kStale once the store no longer has it, kNotFound once
+  // the object was deleted.
   void Read(NodeId node, uint64_t offset, size_t size, ReadDone done, ReaderId reader = {}) EXCLUDES(mu_);
   // The open file `reader` is closed.
   void Release(ReaderId reader);

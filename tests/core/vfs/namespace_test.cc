@@ -166,13 +166,13 @@ TEST_F(NamespaceTest, ReadOfReplacedObjectIsStale) {
   EXPECT_THAT(r.status().message(), HasSubstr("config.json"));
 }
 
-TEST_F(NamespaceTest, ReadOfDeletedObjectIsStale) {
+TEST_F(NamespaceTest, ReadOfDeletedObjectIsNotFound) {
   auto file = ns_.Lookup(kRootNode, "config.json");
   ASSERT_TRUE(file.ok());
   store_.Remove("config.json");
   auto r = ReadSync(file->id, 0, 2);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), ErrorCode::kStale);
+  EXPECT_EQ(r.status().code(), ErrorCode::kNotFound);
   EXPECT_THAT(r.status().message(), HasSubstr("config.json"));
 }
 
