@@ -28,7 +28,7 @@ bool KernelNotifier::Stop() {
     stopping_ = true;
     queue_.clear();
     cv_.NotifyAll();
-    left = cv_.WaitFor(mu_, std::chrono::seconds(2), [&] { return !running_; });
+    left = cv_.WaitFor(mu_, std::chrono::seconds(2), [&]() REQUIRES(mu_) { return !running_; });
   }
   if (!left) {
     spdlog::debug("the kernel notifier still waits in the kernel; it is left running");
@@ -56,7 +56,7 @@ void KernelNotifier::Run() {
     std::pair<NodeId, std::vector<std::string>> change;
     {
       MutexLock lock(mu_);
-      cv_.Wait(mu_, [&] { return stopping_ || !queue_.empty(); });
+      cv_.Wait(mu_, [&]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
       if (stopping_) {
         running_ = false;
         cv_.NotifyAll();

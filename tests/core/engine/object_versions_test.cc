@@ -87,7 +87,7 @@ class ObjectVersionsTest : public ::testing::Test {
 
   static inline const std::string kShard1 = "model-00001-of-00002.safetensors";
   static inline const std::string kShard2 = "model-00002-of-00002.safetensors";
-  static constexpr EngineOptions kOptions{.chunk_size = 64 << 10, .cache_size = 8 << 20, .max_fetches = 4,
+  static inline const EngineOptions kOptions{.chunk_size = 64 << 10, .cache_size = 8 << 20, .max_fetches = 4,
                                           .prefetch_window = 256 << 10, .head_size = 16 << 10};
   std::map<std::string, std::string> files_[2];
   MemoryStore memory_;

@@ -71,7 +71,7 @@ class ListGateStore : public ObjectStore {
   StatusOr<Listing> List(std::string_view prefix, std::string_view delimiter) override EXCLUDES(mu_) {
     {
       MutexLock lock(mu_);
-      cv_.Wait(mu_, [&] { return !held_; });
+      cv_.Wait(mu_, [&]() REQUIRES(mu_) { return !held_; });
       if (fail_) return UnavailableError("the test store refuses listings");
     }
     return inner_.List(prefix, delimiter);
@@ -89,7 +89,7 @@ class ListGateStore : public ObjectStore {
   bool fail_ GUARDED_BY(mu_) = false;
 };
 
-constexpr EngineOptions kEngineOptions{.chunk_size = 64 << 10, .cache_size = 1 << 20, .max_fetches = 2,
+const EngineOptions kEngineOptions{.chunk_size = 64 << 10, .cache_size = 1 << 20, .max_fetches = 2,
                                        .prefetch_window = 256 << 10};
 
 // A namespace that lists each directory once (metadata_ttl kForever).
