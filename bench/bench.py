@@ -29,6 +29,10 @@ reset before each run:
       and with each mount given its rank (-o shard=R/N); on two checkpoint
       shapes (--w8-shapes): the benchmark's checkpoint and one of many 1-8 MiB
       tensors (22 layers, hidden 1536, 5 shards, about 1 GiB)
+  W8M mixed readers on one mount: whole-tensor loaders and slice readers (rank
+      r of 8, dim 0) of two checkpoints in one bucket (whole/: llama-shaped,
+      slice/: qwen2-shaped), in several combinations and start orders, each run
+      on a fresh mount at defaults; needed vs fetched per combination
   W9  the same with dim-1 (column) slices: every row gives a small piece (report
       only)
   W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
@@ -92,6 +96,36 @@ SMALL_TENSORS = {
               "shards": 5},
 }
 W8_MODES = ("learned", "shard")
+# W8M's two checkpoints (tensorfs-testdata options; one llama-shaped, one qwen2-shaped of the same sizes),
+# 64-70 MiB shards.
+MIXED_SHAPE = {"layers": 8, "hidden": 1024, "intermediate": 1536, "vocab": 16000, "shards": 3}
+MIXED_WORLD = 8
+# W8M's runs: (label, readers), each reader (kind, checkpoint, order, rank, delay): kind "whole" runs
+# `loader.py load`, "slice" `loader.py slice --rank RANK --world MIXED_WORLD`; `delay` seconds after the
+# first reader starts.
+WHOLE_S = ("whole", "whole", "storage", None, 0)     # whole/ loaded in storage order
+WHOLE_R = ("whole", "whole", "random", None, 0)      # whole/ loaded in a shuffled order
+SLICE_2 = ("slice", "slice", "storage", 2, 0)        # rank 2 of 8 of slice/, storage order
+SLICE_5 = ("slice", "slice", "random", 5, 0)         # rank 5 of 8 of slice/, shuffled
+WHOLE_OF_SLICE = ("whole", "slice", "storage", None, 0)  # slice/ loaded whole
+
+
+def later(reader, seconds=1):
+    return reader[:4] + (seconds,)
+
+
+MIXED_RUNS = [
+    ("2 whole of whole/ (storage, random)", [WHOLE_S, WHOLE_R]),
+    ("2 slice of slice/ (2/8 storage, 5/8 shuffled)", [SLICE_2, SLICE_5]),
+    ("whole of whole/ + slice 2/8 of slice/, together", [WHOLE_S, SLICE_2]),
+    ("the same, the slice reader 1 s first", [later(WHOLE_S), SLICE_2]),
+    ("the same, the whole loader 1 s first", [WHOLE_S, later(SLICE_2)]),
+    ("whole + slice 2/8 of slice/ (one checkpoint), together", [WHOLE_OF_SLICE, SLICE_2]),
+    ("the same, the slice reader 1 s first", [later(WHOLE_OF_SLICE), SLICE_2]),
+    ("2 whole of whole/ + 2 slice of slice/", [WHOLE_S, WHOLE_R, SLICE_2, SLICE_5]),
+]
+# W8M: the most a run may fetch, over the bytes its readers needed.
+MIXED_BOUND = 1.20
 # W8, learned: a host that fetched this share of the checkpoint or more was taken for a whole reader.
 WHOLE_READER_SHARE = 0.9
 # micro_bench cases that say whether a view can keep up with the link.
@@ -412,18 +446,19 @@ class Bench:
             opts.append(a.tensorfs_opts)
         return ",".join(opts)
 
-    def generate(self, name, gen_args):
+    def generate(self, name, gen_args, arch="llama"):
         """The checkpoint gs://BUCKET/name, generated into the data dir unless it is there."""
         path = os.path.join(self.args.data_dir, BUCKET, name)
         if not os.path.isdir(path):
             tmp = path + ".partial"
             shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(os.path.dirname(tmp), exist_ok=True)
             log(f"generating {path}")
-            cmd = [self.args.testdata, "--arch", "llama", "--dtype", self.args.dtype, *gen_args, "--out", tmp]
+            cmd = [self.args.testdata, "--arch", arch, "--dtype", self.args.dtype, *gen_args, "--out", tmp]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(f"bench: {' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
-            summary = [l for l in proc.stdout.splitlines() if l.startswith("llama:")]
+            summary = [l for l in proc.stdout.splitlines() if l.startswith(arch + ":")]
             with open(os.path.join(tmp, ".bench-model"), "w") as f:
                 f.write((summary[0] if summary else "") + "\n")
             os.rename(tmp, path)
@@ -594,6 +629,7 @@ class Bench:
             ranges.sort()
             result.extra["range_bytes_median"] = ranges[len(ranges) // 2]
             result.extra["range_bytes_max"] = ranges[-1]
+        return stats
 
     def on_link(self, result):
         result.link_seconds = result.bytes_needed / self.total_rate + self.rtt if result.bytes_needed else None
@@ -754,6 +790,69 @@ class Bench:
         if mode == "shard":
             name += " shard=R/N"
         self.guarded(name, "tensorfs", workload, body)
+
+    def run_mixed(self, label, readers):
+        """W8M: `readers` (see MIXED_RUNS) on one fresh mount of the bucket prefix holding whole/ and
+        slice/, the page cache dropped. Needed: per checkpoint, what its whole loaders read (the file
+        bytes, once however many load it), else what its slice readers copied out (ranks apart)."""
+        files_src = [os.path.join(self.mixed_src, c, s) for c in ("whole", "slice") for s in self.mixed_shards[c]]
+        tag = re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")[:40]
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(self.mixed_prefix, f"w8m-{tag}")
+            try:
+                start_at = time.monotonic() + 1.5  # after every loader has imported numpy
+                cmds = []
+                for kind, checkpoint, order, rank, delay in readers:
+                    files = [os.path.join(mnt, checkpoint, s) for s in self.mixed_shards[checkpoint]]
+                    if kind == "whole":
+                        cmds.append(self.loader_cmd(files, order, start_at=start_at + delay))
+                        continue
+                    cmds.append([PYTHON, LOADER_PY, "slice", *files, "--rank", str(rank), "--world",
+                                 str(MIXED_WORLD), "--order", order, "--seed", str(self.args.seed),
+                                 "--start-at", f"{start_at + delay:.6f}"]
+                                + (["--deadline", str(self.args.deadline)] if self.args.deadline else []))
+                outs = []
+                for reader, (parsed, err, returncode) in zip(readers, self.run_loaders(cmds)):
+                    if parsed is None:
+                        raise RuntimeError(f"{reader[0]} reader of {reader[1]}/ exited with {returncode}: "
+                                           f"{err.strip()[-300:]}")
+                    outs.append(parsed)
+                for _ in range(300):  # the prefetches still in flight count too
+                    stats = self.tensorfs_stats(mnt) or {}
+                    if not stats.get("fetches_in_flight"):
+                        break
+                    time.sleep(0.05)
+                result.peak_rss = peak_rss(proc.pid)
+            finally:
+                self.procs.unmount(mnt, proc)
+            sent_ranges = self.take_stats(result).get("ranges", [])
+            per = {}
+            for checkpoint in ("whole", "slice"):
+                mine = [(r, o) for r, o in zip(readers, outs) if r[1] == checkpoint]
+                if not mine:
+                    continue
+                whole = [o["bytes"] for r, o in mine if r[0] == "whole"]
+                needed = max(whole) if whole else sum(o["bytes"] for _, o in mine)
+                name = f"{self.mixed_prefix}/{checkpoint}/"
+                sent = sum(r[1] for r in sent_ranges if r[2].startswith(name))
+                per[checkpoint] = {"needed": needed, "sent": sent}
+            result.seconds = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+            result.bytes_needed = sum(c["needed"] for c in per.values())
+            result.complete = all(o.get("complete") for o in outs)
+            result.files = sum(len(self.mixed_shards[r[1]]) for r in readers)
+            result.link_seconds = result.bytes_needed / self.total_rate + self.rtt
+            result.extra.update(label=label, checkpoints=per, tensorfs_bytes_fetched=stats.get("bytes_fetched"),
+                                readers=[list(r) for r in readers],
+                                per_reader_seconds=[round(o["end"] - o["start"], 3) for o in outs])
+            result.note = ", ".join(f"{c}/ {v['sent'] / MB:.0f} MB sent for {v['needed'] / MB:.0f} MB"
+                                    for c, v in per.items())
+            if not result.complete:
+                result.note = f"partial: stopped after {self.args.deadline:.0f} s; " + result.note
+
+        self.guarded(f"tensorfs W8M {label}", "tensorfs", "W8M", body)
 
     def run_w10(self):
         """W10: @stacked/ of a fresh mount, its files loaded in order as W1 loads the shards."""
@@ -1028,6 +1127,19 @@ class Bench:
             self.small_tensors_model = model
             log(f"W8 small-tensors checkpoint gs://{BUCKET}/{os.path.basename(src)}: {len(shards)} shards, "
                 f"{size / MiB:.0f} MiB ({model}; {tensor_sizes(src, shards)})")
+        if "W8M" in a.workloads:
+            # One prefix holding both checkpoints: one mount serves them.
+            self.mixed_prefix = "mixed-{dtype}-{layers}l-h{hidden}-i{intermediate}-v{vocab}-{shards}shards".format(
+                dtype=a.dtype, **MIXED_SHAPE)
+            args = [arg for key, value in MIXED_SHAPE.items() for arg in (f"--{key}", str(value))]
+            self.mixed_shards = {}
+            for checkpoint, arch in (("whole", "llama"), ("slice", "qwen2")):
+                src, shards, model = self.generate(f"{self.mixed_prefix}/{checkpoint}", args, arch=arch)
+                self.mixed_shards[checkpoint] = shards
+                size = sum(os.path.getsize(os.path.join(src, s)) for s in shards)
+                log(f"W8M checkpoint gs://{BUCKET}/{self.mixed_prefix}/{checkpoint}: {len(shards)} shards, "
+                    f"{size / MiB:.0f} MiB ({model})")
+            self.mixed_src = os.path.join(a.data_dir, BUCKET, self.mixed_prefix)
         self.layers = layer_plan(self.src, self.shards)
         self.tensor_bytes = sum(b for _, b, _ in self.layers)
         log(f"checkpoint gs://{BUCKET}/{self.prefix}: {len(self.shards)} shards, "
@@ -1057,6 +1169,9 @@ class Bench:
                     for order in orders:
                         for mode in a.w8_modes:
                             self.run_sharded("W8", world, order, shape, mode)
+        if "W8M" in w:
+            for label, readers in MIXED_RUNS:
+                self.run_mixed(label, readers)
         if "W9" in w:
             for world in a.hosts:
                 self.run_sharded("W9", world, "storage")
@@ -1146,6 +1261,29 @@ def hosts_section(bench):
                          f"{'-' if fetched is None or not read else format(fetched / read, '.3f'):>12}  "
                          f"{h['seconds']:>7.2f}  {1.3 * h['limit_seconds']:>7.2f}  {h['pct_link']:>12.0f}  "
                          f"{'-' if h['peak_rss'] is None else format(h['peak_rss'] / MiB, '.0f'):>7}")
+    return lines
+
+
+def mixed_section(bench):
+    """W8M's runs: needed vs fetched, per run and per checkpoint."""
+    runs = [r for r in bench.results if r.workload == "W8M" and not r.error]
+    if not runs:
+        return []
+    lines = [f"W8M: readers of two kinds on one mount (whole/ llama-shaped, slice/ qwen2-shaped; slices of "
+             f"{MIXED_WORLD}); fetched = tensorfs stats bytes_fetched, sent = the server's bytes per checkpoint",
+             f"  {'run':<56}  {'needed MB':>9}  {'fetched MB':>10}  {'fetched/needed':>14}  "
+             f"{'whole/ sent/needed MB':>21}  {'slice/ sent/needed MB':>21}  {'s':>6}"]
+    for r in runs:
+        fetched = r.extra.get("tensorfs_bytes_fetched")
+        cells = []
+        for c in ("whole", "slice"):
+            v = r.extra["checkpoints"].get(c)
+            cells.append("-" if v is None else f"{v['sent'] / MB:.0f}/{v['needed'] / MB:.0f}")
+        lines.append(f"  {r.extra['label']:<56}  {r.bytes_needed / MB:>9.0f}  "
+                     f"{'-' if fetched is None else format(fetched / MB, '.0f'):>10}  "
+                     f"{'-' if fetched is None else format(fetched / max(r.bytes_needed, 1), '.2f'):>14}  "
+                     f"{cells[0]:>21}  {cells[1]:>21}  {r.seconds:>6.2f}"
+                     + ("" if r.complete else "  (partial)"))
     return lines
 
 
@@ -1242,6 +1380,18 @@ def evaluate(bench):
         if r.workload != "W8" or r.error or not r.extra.get("hosts"):
             continue
         out.extend(w8_targets(bench, r))
+    for r in res:
+        if r.workload != "W8M" or r.error:
+            continue
+        fetched = r.extra.get("tensorfs_bytes_fetched")
+        if fetched is None:
+            out.append((f"W8M {r.extra['label']}: fetched <= {MIXED_BOUND:g} x needed", None,
+                        "no tensorfs stats"))
+            continue
+        out.append((f"W8M {r.extra['label']}: fetched <= {MIXED_BOUND:g} x needed",
+                    fetched <= MIXED_BOUND * r.bytes_needed,
+                    f"{fetched / MB:.0f} MB fetched for {r.bytes_needed / MB:.0f} MB = "
+                    f"{fetched / max(r.bytes_needed, 1):.2f}x; {r.note}"))
     w10 = find(res, "tensorfs", "W10")
     if ok(w10):
         out.append(("W10 @stacked/ >= 90% of the link limit", w10.pct_link >= 90,
@@ -1432,10 +1582,10 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", help="comma-separated subset of W1..W10 (default W1,W2,W3,W4,W5,W6,W7,W10; "
-                                       "with --quick W8 too)")
+    p.add_argument("--workloads", help="comma-separated subset of W1..W10 and W8M (default "
+                                       "W1,W2,W3,W4,W5,W6,W7,W10; with --quick W8 too)")
     p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
-                                   "none when only W6/W7 run: the peers run W1 to W5)")
+                                   "none when only W6/W7/W8M run: the peers run W1 to W5)")
     p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
                    help=f"rclone mount settings to try: {', '.join(RCLONE_CONFIGS)}")
     p.add_argument("--deadline", type=float,
@@ -1489,11 +1639,11 @@ def parse_args(argv):
         if x not in W8_MODES:
             p.error(f"unknown W8 mode {x}")
     if a.peers is None:
-        a.peers = "none" if set(a.workloads) <= set(LAYER_WORKLOADS) else "naive,staging,rclone,memfs"
+        a.peers = "none" if set(a.workloads) <= {*LAYER_WORKLOADS, "W8M"} else "naive,staging,rclone,memfs"
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
     for w in a.workloads:
-        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10"):
+        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8M", "W9", "W10"):
             p.error(f"unknown workload {w}")
     for x in a.peers:
         if x not in ("naive", "staging", "rclone", "memfs"):
@@ -1545,6 +1695,9 @@ def main(argv):
     print()
     if hosts_section(bench):
         print("\n".join(hosts_section(bench)))
+        print()
+    if mixed_section(bench):
+        print("\n".join(mixed_section(bench)))
         print()
     if a.micro_bench or bench.quant is not None:
         print("\n".join(quant_section(bench)))

@@ -46,6 +46,9 @@ void Daemon::Start() {
       verdict.erase(0, space + 1);
     }
     PrintFatal(verdict);
+    // The child exits with that status once it has said why: reaped here, a
+    // failed start leaves no process behind.
+    ::waitpid(pid, nullptr, 0);
     std::_Exit(exit_status);
   }
   ::close(fds[0]);

@@ -1,7 +1,7 @@
 // The exit statuses of `tensorfs SOURCE MOUNTPOINT` (and mount.tensorfs), one
 // per kind of start-up failure, so that a supervisor can tell an error that
 // retrying will not fix from one it may: tensorfs@.service lists the permanent
-// ones in RestartPreventExitStatus=, and README and --help document them.
+// ones in RestartPreventExitStatus=; --help, the man page and docs/ document them.
 //
 // Thread-safety: pure functions.
 #ifndef TENSORFS_FS_EXIT_STATUS_H_
@@ -40,12 +40,19 @@ inline ExitStatus SourceExitStatus(const Status& status) {
   }
 }
 
-// For --help and README.
-inline constexpr std::string_view kExitStatusHelp =
-    "Exit status: 0 mounted (or, in the foreground, unmounted); 1 the source could not be reached within "
-    "startup_deadline, or the mount failed (transient: a restart may help); 2 invalid command line or option; "
-    "3 the mount point, /dev/fuse or /dev/fd/N cannot be used; 4 the bucket, prefix or directory does not exist; "
-    "5 credentials refused or no permission to read the source.";
+// What each status means, for --help, the man page and docs/.
+struct ExitStatusDoc {
+  ExitStatus status;
+  std::string_view meaning;
+};
+inline constexpr ExitStatusDoc kExitStatusDocs[] = {
+    {ExitStatus::kOk, "mounted; in the foreground: unmounted, or stopped by a signal"},
+    {ExitStatus::kTransient, "the source was not reached within startup_deadline, or the mount failed (transient)"},
+    {ExitStatus::kUsage, "an invalid command line or option"},
+    {ExitStatus::kMountPoint, "the mount point, /dev/fuse or the /dev/fd/N given cannot be used"},
+    {ExitStatus::kSourceNotFound, "the bucket, the prefix or the local directory does not exist"},
+    {ExitStatus::kAccessDenied, "credentials refused, or no permission to read the source"},
+};
 
 }  // namespace tensorfs
 

@@ -51,13 +51,14 @@ struct FuseHandlers {
     fuse_reply_err(req, err);
   }
 
-  static struct stat StatOf(const NodeAttr& attr) {
+  static struct stat StatOf(fuse_req_t req, const NodeAttr& attr) {
+    const FuseServer& server = Server(req);
     struct stat st = {};
     st.st_ino = attr.id.value;
-    st.st_mode = attr.is_dir ? (S_IFDIR | 0555) : (S_IFREG | 0444);
+    st.st_mode = attr.is_dir ? (S_IFDIR | server.options_.dir_mode) : (S_IFREG | server.options_.file_mode);
     st.st_nlink = attr.is_dir ? 2 : 1;
-    st.st_uid = ::getuid();
-    st.st_gid = ::getgid();
+    st.st_uid = server.uid_;
+    st.st_gid = server.gid_;
     st.st_size = static_cast<off_t>(attr.size);
     // The preferred I/O size: stdio and Python size their buffers by it, so a
     // loader reading an 8-byte header length asks for this much, which must
@@ -75,7 +76,7 @@ struct FuseHandlers {
     fuse_entry_param e = {};
     e.ino = attr.id.value;
     e.generation = 1;
-    e.attr = StatOf(attr);
+    e.attr = StatOf(req, attr);
     e.attr_timeout = Server(req).options_.attr_timeout_s;
     e.entry_timeout = Server(req).options_.entry_timeout_s;
     return e;
@@ -121,7 +122,7 @@ struct FuseHandlers {
   static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
     StatusOr<NodeAttr> attr = Ns(req).GetAttr(NodeId{ino});
     if (!attr.ok()) return ReplyError(req, attr.status());
-    struct stat st = StatOf(*attr);
+    struct stat st = StatOf(req, *attr);
     fuse_reply_attr(req, &st, Server(req).options_.attr_timeout_s);
   }
 
@@ -175,7 +176,7 @@ struct FuseHandlers {
         }
         n = fuse_add_direntry_plus(req, buf.data() + used, size - used, entry.name.c_str(), &e, next);
       } else {
-        struct stat st = StatOf(entry.attr);
+        struct stat st = StatOf(req, entry.attr);
         n = fuse_add_direntry(req, buf.data() + used, size - used, entry.name.c_str(), &st, next);
       }
       if (n > size - used) break;
@@ -195,7 +196,12 @@ struct FuseHandlers {
 
   static void Open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) return (void)fuse_reply_err(req, EROFS);
-    Status status = Ns(req).Open(NodeId{ino});
+    FuseServer& server = Server(req);
+    // The engine tells readers apart by the handle, and groups them by the
+    // process that opened them (the request names the opening thread).
+    const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
+                          ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
+    Status status = Ns(req).Open(NodeId{ino}, reader);
     if (status.code() == ErrorCode::kStale) {
       // The file was replaced or removed: the kernel looks its name up again
       // and opens what it names now. Expected as a bucket changes.
@@ -205,11 +211,6 @@ struct FuseHandlers {
     if (!status.ok()) return ReplyError(req, status);
     fi->keep_cache = 1;  // a node is one version of an object: its pages never change
     fi->noflush = 1;
-    FuseServer& server = Server(req);
-    // The engine tells readers apart by the handle, and groups them by the
-    // process that opened them (the request names the opening thread).
-    const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
-                          ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
     auto handle = std::make_unique<ReaderId>(reader);  // an open file's handle: the reader its reads are for
     fi->fh = reinterpret_cast<uint64_t>(handle.get());
     // The kernel gives the file the mount's readahead once this reply is in.
@@ -259,7 +260,10 @@ struct FuseHandlers {
   // has extended attributes.
   static void GetXattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
     if (ino != FUSE_ROOT_ID || std::strcmp(name, kStatsXattr) != 0) return (void)fuse_reply_err(req, ENODATA);
-    std::string json = Server(req).metrics_.ToJson().dump();
+    const FuseServer& server = Server(req);
+    nlohmann::json stats = server.metrics_.ToJson();
+    stats["mount"] = MountSettingsJson(server.options_, server.uid_, server.gid_);
+    const std::string json = stats.dump();
     if (size == 0) return (void)fuse_reply_xattr(req, json.size());
     if (size < json.size()) return (void)fuse_reply_err(req, ERANGE);
     fuse_reply_buf(req, json.data(), json.size());
@@ -404,6 +408,15 @@ bool CanOpenDevFuse() {
 }
 
 }  // namespace
+
+FuseServer::FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
+    : ns_(ns),
+      options_(options),
+      metrics_(metrics),
+      uid_(options.uid.value_or(::getuid())),
+      gid_(options.gid.value_or(::getgid())),
+      negative_timeout_s_(NegativeEntryTimeout(options)),
+      notifier_(std::make_unique<KernelNotifier>(metrics)) {}
 
 StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options,
                                                         Metrics& metrics) {

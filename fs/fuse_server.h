@@ -88,16 +88,13 @@ class FuseServer {
   void SetReadahead(uint64_t bytes);
 
  private:
-  FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics)
-      : ns_(ns),
-        options_(options),
-        metrics_(metrics),
-        negative_timeout_s_(NegativeEntryTimeout(options)),
-        notifier_(std::make_unique<KernelNotifier>(metrics)) {}
+  FuseServer(Namespace& ns, const MountOptions& options, Metrics& metrics);
 
   Namespace& ns_;
   const MountOptions& options_;
   Metrics& metrics_;
+  const uid_t uid_;  // every node's owner: options_.uid, else the user we run as
+  const gid_t gid_;
   const double negative_timeout_s_;  // NegativeEntryTimeout(options_)
   // Tells the kernel what changed. Released (left running, with the
   // session) if it cannot be stopped: it may still use the session.

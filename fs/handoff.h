@@ -2,7 +2,7 @@
 // plugin's descriptor handoff. The plugin (privileged) opens /dev/fuse and
 // mounts; tensorfs, in the workload's pod without any capability, serves.
 //
-// The protocol, for a node plugin to implement (README "Kubernetes"):
+// The protocol, for a node plugin to implement (docs/KUBERNETES.md):
 //   1. Per volume, the plugin opens /dev/fuse read-write, mount(2)s it on the
 //      target with the settings of `tensorfs --print-mount-params`, and listens
 //      on a Unix stream socket in SOCKET_DIR (any name; the directory must be
@@ -13,7 +13,8 @@
 //      ("options" optional: a string as for -o, or an array of "name[=value]"
 //      strings), with the /dev/fuse descriptor attached by SCM_RIGHTS to its
 //      first bytes. The plugin then closes the connection: the message ends at
-//      EOF (at most kMaxHandoffMessage bytes, within kHandoffReceiveTimeout).
+//      EOF (at most kMaxDescriptorMessage bytes, within kDescriptorReceiveTimeout;
+//      fs/descriptor_child.h).
 //   3. Per message, tensorfs runs `tensorfs SOURCE /dev/fd/N -f -o OPTIONS` as
 //      a child process, so one mount's failure leaves the others serving. The
 //      child's output goes to handoff's stderr, each line prefixed with the
@@ -34,11 +35,9 @@
 #include <string>
 
 #include "core/util/status.h"
+#include "fs/descriptor_child.h"
 
 namespace tensorfs {
-
-inline constexpr size_t kMaxHandoffMessage = 1 << 20;
-inline constexpr std::chrono::seconds kHandoffReceiveTimeout{30};
 
 // One received handoff: the descriptor (close-on-exec) and what to serve from it.
 struct Handoff {

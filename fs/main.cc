@@ -2,6 +2,11 @@
 //
 //   tensorfs SOURCE MOUNTPOINT [options]
 //   tensorfs inspect SOURCE [--json]
+//   tensorfs stats MOUNTPOINT [--json]
+//   tensorfs handoff SOCKET_DIR
+//   tensorfs gke-sidecar [--tmp-dir DIR]
+//
+// The command line itself is defined in fs/command_line.h.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -20,25 +25,17 @@
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
 #include "core/util/logging.h"
+#include "fs/command_line.h"
 #include "fs/exit_status.h"
+#include "fs/gke_sidecar.h"
 #include "fs/handoff.h"
 #include "fs/mount_params.h"
 #include "fs/startup.h"
 #include "fs/stats.h"
+#include "fs/version.h"
 
 namespace tensorfs {
 namespace {
-
-constexpr char kDescription[] =
-    "tensorfs mounts safetensors checkpoints from Google Cloud Storage or a local directory, read-only,\n"
-    "for loaders that open, read and mmap the files.\n\n"
-    "  tensorfs SOURCE MOUNTPOINT [options]   mount (in the background unless -f)\n"
-    "  tensorfs inspect SOURCE [--json]       print a checkpoint's files, tensors and layers\n"
-    "  tensorfs stats MOUNTPOINT [--json]     print a mount's requests, bytes, cache and latency\n"
-    "  tensorfs handoff SOCKET_DIR            serve the mounts a node plugin hands over (see README)\n\n"
-    "SOURCE is a local directory or gs://bucket[/prefix]. MOUNTPOINT is a directory, or /dev/fd/N: a\n"
-    "/dev/fuse descriptor that a parent has opened and mounted (fd=N) and hands over; tensorfs then\n"
-    "serves it without mounting or privileges. Options can also be given fstab-style: -o name[=value],...\n\n";
 
 int Fail(const Status& status) {
   std::fprintf(stderr, "tensorfs: %s\n", status.message().c_str());
@@ -118,87 +115,47 @@ int RunMountHelper(int argc, char** argv) {
 
 int Main(int argc, char** argv) {
   if (argc > 0 && IsMountHelperInvocation(argv[0])) return RunMountHelper(argc, argv);
-  CLI::App app(std::string(kDescription) + std::string(kExitStatusHelp), "tensorfs");
-  app.set_help_flag("-h,--help", "print this help and exit");
-  app.require_subcommand(0, 1);
-
-  MountOptions options;
-  std::vector<std::pair<std::string, std::optional<std::string>>> given;  // in command-line order
-  app.add_option("SOURCE", options.source, "local directory or gs://bucket[/prefix] holding the checkpoint(s)");
-  app.add_option("MOUNTPOINT", options.mountpoint, "existing directory to mount on");
-  std::vector<std::string> o_lists;
-  app.add_option("-o", o_lists, "comma-separated options, as in fstab: -o allow_other,log_level=debug")
-      ->type_name("OPTS")
-      ->allow_extra_args(false);
-  app.add_flag_callback("-f", [&] { given.emplace_back("foreground", std::nullopt); }, "stay in the foreground");
-  app.add_flag_callback("-d", [&] { given.emplace_back("debug", std::nullopt); },
-                        "print every FUSE request (implies -f)");
-  for (const OptionSpec& spec : AllMountOptions()) {
-    std::string flag = "--" + std::string(spec.name);
-    for (char& c : flag) c = c == '_' ? '-' : c;
-    std::string name(spec.name);
-    if (spec.value_name.empty()) {
-      app.add_flag_callback(flag, [&given, name] { given.emplace_back(name, std::nullopt); },
-                            std::string(spec.help));
-    } else {
-      app.add_option_function<std::string>(
-             flag, [&given, name](const std::string& v) { given.emplace_back(name, v); },
-             std::string(spec.help))
-          ->type_name(std::string(spec.value_name));
-    }
-  }
-
-  CLI::App* inspect = app.add_subcommand("inspect", "print a checkpoint's files, tensors, dtypes, shapes, "
-                                                    "bytes and layer groups; a corrupt file's exact problem");
-  MountOptions inspect_options;
-  std::vector<std::string> inspect_o_lists;
-  bool inspect_json = false;
-  std::string inspect_regex;
-  inspect->add_option("-o", inspect_o_lists, "source options, e.g. -o endpoint=URL,key_file=PATH")
-      ->type_name("OPTS")
-      ->allow_extra_args(false);
-  inspect->add_option("SOURCE", inspect_options.source, "checkpoint directory or gs://bucket/prefix")->required();
-  inspect->add_flag("--json", inspect_json, "print JSON for machines");
-  inspect->add_option("--layer-regex", inspect_regex, "override the layer grouping (see tensorfs --help)");
-
-  CLI::App* stats = app.add_subcommand("stats", "print a mount's counters: requests issued, bytes fetched "
-                                                "and served, cache hits, misses and evictions, fetch latency, "
-                                                "retries by cause, reads failed with EIO");
-  std::string stats_mountpoint;
-  bool stats_json = false;
-  stats->add_option("MOUNTPOINT", stats_mountpoint, "a tensorfs mount point")->required();
-  stats->add_flag("--json", stats_json, "print JSON for machines");
-
-  CLI::App* handoff = app.add_subcommand("handoff", "serve the /dev/fuse descriptors a Kubernetes node plugin "
-                                                    "hands over on the Unix sockets in SOCKET_DIR, one child "
-                                                    "tensorfs per mount; exit when all have ended");
-  std::string handoff_dir;
-  int handoff_wait_s = 30;
-  handoff->add_option("SOCKET_DIR", handoff_dir, "directory holding the node plugin's sockets")->required();
-  handoff->add_option("--wait", handoff_wait_s, "seconds to wait for the first socket (default 30)");
-  bool print_mount_params = false;
-  app.add_flag("--print-mount-params", print_mount_params,
-               "print the mount(2) data, flags and read_ahead_kb that a parent mounting for "
-               "tensorfs SOURCE /dev/fd/N should apply, for the -o options given, and exit");
-
+  CommandLine line;
+  std::unique_ptr<CLI::App> app = MakeCommandLine(line);
   try {
-    app.parse(argc, argv);
+    app->parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);  // --help is a "success" ParseError
+    const int rc = app->exit(e);  // --help is a "success" ParseError
     return rc == 0 ? 0 : static_cast<int>(ExitStatus::kUsage);
   }
-  if (stats->parsed()) return RunStats(stats_mountpoint, stats_json);
-  if (handoff->parsed()) {
-    SetUpLogging("info");
-    return RunHandoff(handoff_dir, std::chrono::seconds(handoff_wait_s));
+  if (line.version) {
+    std::printf("%s\n", VersionLine().c_str());
+    return 0;
   }
-  if (inspect->parsed()) {
-    for (const std::string& list : inspect_o_lists) {
-      if (Status s = ApplyMountOptionList(inspect_options, list); !s.ok()) return Fail(s);
+  // What the subcommands log goes to stderr: their stdout is the report (JSON with --json).
+  if (app->got_subcommand("stats")) {
+    SetUpLogging("info");
+    return RunStats(line.stats_mountpoint, line.stats_json);
+  }
+  if (app->got_subcommand("handoff")) {
+    SetUpLogging("info");
+    return RunHandoff(line.handoff_dir, std::chrono::seconds(line.handoff_wait_s));
+  }
+  if (app->got_subcommand("gke-sidecar")) {
+    // Children inherit the environment: their log lines must have the shape
+    // the sidecar relays (a container has no systemd to talk to anyway).
+    ::unsetenv("NOTIFY_SOCKET");
+    ::unsetenv("JOURNAL_STREAM");
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a line relayed is a line seen
+    SetUpSplitLogging("info");
+    return RunGkeSidecar(GkeSidecarOptionsFrom(line.gke_tmp_dir, app->get_subcommand("gke-sidecar")->remaining(),
+                                               std::getenv("NATIVE_SIDECAR")));
+  }
+  if (app->got_subcommand("inspect")) {
+    SetUpLogging("info");
+    for (const std::string& list : line.inspect_o_lists) {
+      if (Status s = ApplyMountOptionList(line.inspect, list); !s.ok()) return Fail(s);
     }
-    return RunInspect(inspect_options, inspect_json, inspect_regex);
+    return RunInspect(line.inspect, line.inspect_json, line.inspect_layer_regex);
   }
 
+  MountOptions& options = line.mount;
+  std::vector<std::string>& o_lists = line.o_lists;
   if (FuseFdOfMountPoint(options.mountpoint)) {
     // A parent such as mount.fuse3 -o drop_privileges hands the file system it
     // runs on /dev/fd/N its whole -o list, mount(8)'s generic flags (rw, dev,
@@ -210,10 +167,10 @@ int Main(int argc, char** argv) {
   for (const std::string& list : o_lists) {
     if (Status s = ApplyMountOptionList(options, list); !s.ok()) return FailUsage(options, s);
   }
-  for (const auto& [name, value] : given) {
+  for (const auto& [name, value] : line.flags) {
     if (Status s = ApplyMountOption(options, name, value); !s.ok()) return FailUsage(options, s);
   }
-  if (print_mount_params) {
+  if (line.print_mount_params) {
     std::string text = RenderMountParams(MountParamsFor(options, ::getuid(), ::getgid()));
     std::fwrite(text.data(), 1, text.size(), stdout);
     return 0;

@@ -180,6 +180,17 @@ int MountAndServe(const MountOptions& options) {
     prometheus = std::move(*started);
     spdlog::info("serving metrics at http://{}:{}/metrics", options.prometheus_address, prometheus->port());
   }
+  std::unique_ptr<PrometheusServer> prometheus_unix;
+  if (!options.prometheus_socket.empty()) {
+    StatusOr<std::unique_ptr<PrometheusServer>> started =
+        PrometheusServer::StartUnix(metrics, options.prometheus_socket);
+    if (!started.ok()) {
+      server->reset();
+      return fail(ExitStatus::kTransient, started.status());
+    }
+    prometheus_unix = std::move(*started);
+    spdlog::info("serving metrics on the Unix socket {}", options.prometheus_socket);
+  }
   if (!(*server)->adopted_fd()) {
     FuseServer* mounted = server->get();
     engine.SetReadaheadSink([mounted](uint64_t bytes) { mounted->SetReadahead(bytes); });

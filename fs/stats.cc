@@ -3,6 +3,7 @@
 #include <sys/xattr.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -19,6 +20,29 @@ StatusOr<nlohmann::json> ReadMountStats(const std::string& mountpoint) {
   nlohmann::json stats = nlohmann::json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
   if (stats.is_discarded()) return InternalError("the counters of " + mountpoint + " are not valid JSON");
   return stats;
+}
+
+nlohmann::json MountSettingsJson(const MountOptions& options, uint32_t uid, uint32_t gid) {
+  auto octal = [](uint32_t mode) {
+    char text[8];
+    std::snprintf(text, sizeof text, "%o", mode);
+    return std::string(text);
+  };
+  nlohmann::json views = nlohmann::json::array();
+  for (ViewKind kind : options.views) views.push_back(std::string(ViewOptionName(kind)));
+  const EngineOptions& e = options.engine;
+  nlohmann::json j = {{"source", options.source},
+                      {"cache_size", e.cache_size},
+                      {"chunk_size", e.chunk_size},
+                      {"max_fetches", e.max_fetches},
+                      {"prefetch_window", e.prefetch_window},
+                      {"views", std::move(views)},
+                      {"uid", uid},
+                      {"gid", gid},
+                      {"file_mode", octal(options.file_mode)},
+                      {"dir_mode", octal(options.dir_mode)}};
+  if (e.shard_world > 0) j["shard"] = std::to_string(e.shard_rank) + "/" + std::to_string(e.shard_world);
+  return j;
 }
 
 namespace {
@@ -40,6 +64,14 @@ std::string Bytes(double b) {
 std::string RenderStatsText(const nlohmann::json& s) {
   auto u = [&](const char* key) { return s.value(key, uint64_t{0}); };
   std::ostringstream out;
+  if (const auto mount = s.find("mount"); mount != s.end() && mount->is_object()) {
+    out << "mount                   " << mount->value("source", "") << ": cache "
+        << Bytes(static_cast<double>(mount->value("cache_size", uint64_t{0}))) << ", chunks "
+        << Bytes(static_cast<double>(mount->value("chunk_size", uint64_t{0}))) << ", "
+        << mount->value("max_fetches", 0) << " fetches at once";
+    if (mount->contains("shard")) out << ", shard " << mount->value("shard", "");
+    out << "\n";
+  }
   const uint64_t served = u("bytes_served");
   const uint64_t fetched = u("bytes_fetched");
   const uint64_t hits = u("cache_hits");

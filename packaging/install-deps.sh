@@ -13,17 +13,13 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
+  man-db groff-base  # man -l checks the generated tensorfs(8) (tests/fs/command_line_test.cc, the .deb test)
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings
+  gdb  # a hung tensorfs's threads' backtraces in a test's failure (tests/support/daemon_check.h)
+  umoci  # packaging/build-gke-image.sh: the GKE sidecar image as an OCI archive (tests/packaging/gke_image_test.py)
   "$@"
 )
-
-# Users other than root mount FUSE through libfuse, which opens /dev/fuse itself
-# before handing the mount to fusermount3: Debian's udev makes it 0666, a
-# container without udev may leave it 0600 (the unprivileged mount tests need it).
-if [[ -c /dev/fuse && $(stat -c %a /dev/fuse) != 666 && $(id -u) -eq 0 ]]; then
-  chmod 0666 /dev/fuse
-fi
 
 missing=()
 for p in "${packages[@]}"; do

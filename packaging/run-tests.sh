@@ -1,47 +1,76 @@
 #!/usr/bin/env bash
-# Installs what is needed, builds tensorfs three ways and runs the whole suite:
-#   release   g++, warnings as errors: unit tests, real mounts, test-server self-test
-#   asan      g++ with AddressSanitizer + UndefinedBehaviorSanitizer: the same tests
-#   tsa       clang++ with -Wthread-safety as errors: builds everything, runs the unit tests
-# Fails on the first failure. Run as root (mount tests need /dev/fuse). Counts
-# passed, failed and skipped tests apart; a skipped test fails the run too: here,
-# as root after install-deps.sh, a skip means a missing dependency or a machine
-# that the suite must not run on (an installed tensorfs package), never a pass.
+# Installs what is needed, builds tensorfs two ways and runs the whole suite:
+#   release  g++, warnings as errors: the unit tests, the real mounts, the
+#            package and booted-systemd tests, the test server's and the
+#            views reference's self-tests;
+#   clang    clang++ with AddressSanitizer, UndefinedBehaviorSanitizer and
+#            -Wthread-safety, warnings as errors: every source and test
+#            compiled under the thread-safety analysis; the unit tests and
+#            real mounts run again (a sanitizer report from a test or from a
+#            tensorfs it started fails that test); then the fuzz targets, built
+#            from the parsers with libFuzzer's instrumentation, run
+#            FUZZ_SECONDS (20) each.
+# Fails at the first failure: a configure or compile error shows the
+# compiler's message, a failing test its output. Run as root (the tests mount,
+# and run in namespaces of their own). Every test runs under the test sandbox
+# (tests/support/sandbox_main.cc), which leaves the machine as it found it.
+# A skipped test fails the run: here, as root after install-deps.sh, a skip
+# means a missing dependency, never a pass. Prints each stage's wall time and
+# the total at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash packaging/install-deps.sh
 
 JOBS=${JOBS:-2}
 passed=0
 failed=0
 skipped=0
+stages=()
+run_start=$SECONDS
+stage_start=$SECONDS
 
 summary() {
+  echo
   echo "summary: $passed passed, $failed failed, $skipped skipped"
+  printf '%s\n' "${stages[@]}"
+  echo "total: $((SECONDS - run_start)) s"
+}
+begin() {  # STAGE
+  stage_start=$SECONDS
+  echo "== $1"
+}
+end() {  # STAGE
+  stages+=("$(printf '%-34s %5d s' "$1" $((SECONDS - stage_start)))")
+}
+die() {
+  echo "$*" >&2
+  summary
+  exit 1
 }
 
 configure_and_build() {  # DIR CMAKE_ARGS...
   local dir=$1
   shift
-  echo "== build $dir"
+  mkdir -p "$dir"
   cmake -S . -B "$dir" -G Ninja -DTENSORFS_WERROR=ON "$@" >"$dir.configure.log" 2>&1 ||
-    { cat "$dir.configure.log"; exit 1; }
-  ninja -C "$dir" -j"$JOBS" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
-  test "${PIPESTATUS[0]}" -eq 0
+    { cat "$dir.configure.log"; die "configure of $dir failed"; }
+  # ninja prints the failing command and the compiler's message; the progress
+  # lines go. pipefail: the build's status is ninja's, whatever the filter does.
+  if ! ninja -C "$dir" -j"$JOBS" 2>&1 | { grep -vE '^\[[0-9]+/[0-9]+\] ' || true; }; then
+    die "build of $dir failed"
+  fi
 }
 
 run_ctest() {  # DIR [CTEST_ARGS...]
   local dir=$1
   shift
-  echo "== test $dir"
   local log="$dir.ctest.log"
   set +e
-  (cd "$dir" && ctest -j"$JOBS" --output-on-failure --timeout 600 "$@") | tee "$log" | grep -vE '^ +Start |Test +#[0-9]+: .* Passed'
+  (cd "$dir" && ctest -j"$JOBS" --output-on-failure --timeout 600 "$@") | tee "$log" |
+    grep -vE '^ +Start |Test +#[0-9]+: .* Passed'
   local rc=${PIPESTATUS[0]}
   set -e
-  local line
-  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1)
-  local total=0 fail=0 skip
+  local line total=0 fail=0 skip
+  line=$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$log" | tail -1 || true)
   if [[ -n $line ]]; then
     total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
     fail=$(sed -E 's/.* ([0-9]+) tests failed.*/\1/' <<<"$line")
@@ -52,44 +81,49 @@ run_ctest() {  # DIR [CTEST_ARGS...]
   failed=$((failed + fail))
   skipped=$((skipped + skip))
   echo "$dir: $((total - fail - skip)) passed, $fail failed, $skip skipped"
-  if [[ $rc -ne 0 || -z $line ]]; then
-    echo "tests failed in $dir"
-    summary
-    exit 1
-  fi
+  [[ $rc -eq 0 && -n $line ]] || die "tests failed in $dir"
   if [[ $skip -ne 0 ]]; then
-    echo "tests skipped in $dir, which the suite does not allow (why: $dir/Testing/Temporary/LastTest.log):"
     grep -E '^[[:space:]]*[0-9]+ - .* \((Skipped|Disabled)\)$' "$log"
-    summary
-    exit 1
+    die "tests skipped in $dir, which the suite does not allow (why: $dir/Testing/Temporary/LastTest.log)"
   fi
 }
 
-run_script() {  # NAME COMMAND...: one test counted like ctest's; its skip (exit 77) fails the run too
-  local name=$1 rc=0
-  shift
-  echo "== test $name"
-  "$@" || rc=$?
-  case $rc in
-    0) passed=$((passed + 1)) ;;
-    77) skipped=$((skipped + 1)); echo "$name skipped, which the suite does not allow"; summary; exit 1 ;;
-    *) failed=$((failed + 1)); echo "$name failed"; summary; exit 1 ;;
-  esac
-}
+begin "install dependencies"
+bash packaging/install-deps.sh
+end "install dependencies"
 
 mkdir -p build
-configure_and_build build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The Debian root the package tests boot: made in the background while the
+# code compiles (the test "test_root" waits for it).
+test_root=$PWD/build/release/testroot/bookworm
+mkdir -p build/release/testroot
+bash packaging/make-test-root.sh "$test_root" >build/test-root.log 2>&1 &
+
+begin "build release (g++)"
+configure_and_build build/release -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTENSORFS_TEST_ROOT="$test_root"
+end "build release (g++)"
+begin "test release"
 run_ctest build/release
-run_script boot_test bash tests/systemd/boot_test.sh build/release  # tensorfs under a booted systemd
+end "test release"
 
-configure_and_build build/asan -DCMAKE_BUILD_TYPE=Debug -DTENSORFS_SANITIZE=ON -DTENSORFS_BUILD_BENCH=OFF
+begin "build clang (asan, ubsan, tsa, fuzz)"
+CXX=clang++ configure_and_build build/clang -DCMAKE_BUILD_TYPE=Debug -DTENSORFS_SANITIZE=ON \
+  -DTENSORFS_THREAD_SAFETY=ON -DTENSORFS_FUZZ=ON -DTENSORFS_BUILD_BENCH=OFF
+end "build clang (asan, ubsan, tsa, fuzz)"
+begin "test clang (asan, ubsan)"
+# The package, the booted system and the self-tests of what the build does not
+# change ran once, in the release build.
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  run_ctest build/asan
+  run_ctest build/clang -LE 'package|independent'
+end "test clang (asan, ubsan)"
 
-CXX=clang++ configure_and_build build/tsa -DCMAKE_BUILD_TYPE=Debug -DTENSORFS_THREAD_SAFETY=ON \
-  -DTENSORFS_BUILD_BENCH=OFF
-run_ctest build/tsa -LE mount
-run_script fuzz env JOBS="$JOBS" bash packaging/run-fuzz.sh  # every fuzz target for FUZZ_SECONDS (20) each; fails on a crash
+begin "fuzz"
+if FUZZ_BUILD_DIR=build/clang JOBS="$JOBS" bash packaging/run-fuzz.sh; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  die "fuzzing found a failure"
+fi
+end "fuzz"
 
-echo
 summary

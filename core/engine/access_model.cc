@@ -150,7 +150,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       }
       whole_end = others == 1 && head->range.offset == t.begin && head->first_read + 2 >= access.clock &&
                   head->range.length <= tuning_.copy_tail_max &&
-                  !NextWindowsFirstPage(plan, k, head->range, it->range, r.file_readahead);
+                  !NextWindowsFirstPage(plan, k, head->range, it->range, r);
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
       const Touch* head = &*it;
@@ -170,8 +170,8 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       // touch is still in that pattern's window here: that is a slice reader
       // (rank 0) at its next window, its readahead of this one arriving late.
       if (head != nullptr && tail != nullptr && tail->first_read > head->first_read &&
-          tail->read_before <= tuning_.copy_tail_max && !NearKnownWindow(plan, k, tail->range, r.file_readahead) &&
-          !NextWindowsFirstPage(plan, k, head->range, tail->range, r.file_readahead)) {
+          tail->read_before <= tuning_.copy_tail_max && !NearKnownWindow(plan, k, tail->range, r) &&
+          !NextWindowsFirstPage(plan, k, head->range, tail->range, r)) {
         if (head->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
@@ -244,6 +244,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const bool spill = (touch.around_next || touch.spilled) && edge;
     // A reader of a known pattern: its reads lie mostly inside the window.
     const auto known_by = std::find_if(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+      if (!Sees(r, p)) return false;
       const ByteRange w = WindowOf(plan, p.learned.pattern, static_cast<size_t>(touch.tensor), r.file_readahead);
       const uint64_t b = std::max(o.begin, w.offset), e = std::min(o.end, w.end());
       return e > b && 2 * (e - b) >= o.end - o.begin;
@@ -300,6 +301,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   const uint64_t begin = std::max(range.offset, tensors[k].begin);
   const uint64_t end = std::min(range.end(), tensors[k].end);
   for (const ActivePattern& p : patterns_) {
+    if (!Sees(r, p)) continue;
     const ByteRange w = WindowOf(plan, p.learned.pattern, k, r.file_readahead);
     if (begin < w.end() && end > w.offset) {
       answer.pattern = &p;
@@ -319,6 +321,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   // Near a window of this tensor or of its neighbours: a slice reader's kernel
   // reading around its slice.
   for (const ActivePattern& p : patterns_) {
+    if (!Sees(r, p)) continue;
     for (size_t j = k > 0 ? k - 1 : 0; j <= k + 1 && j < tensors.size(); ++j) {
       if (IsNear(WindowOf(plan, p.learned.pattern, j, r.file_readahead), range)) {
         answer.pattern = &p;
@@ -331,8 +334,9 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
 
 void AccessModel::Learned(const std::string& name, LearnedPattern found, int narrowing, const Reader& reader,
                           std::vector<PlannerCall>* calls) {
-  if (std::any_of(patterns_.begin(), patterns_.end(),
-                  [&](const ActivePattern& p) { return p.learned.pattern.SameSlice(found.pattern); })) {
+  if (std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
+        return Sees(reader, p) && p.learned.pattern.SameSlice(found.pattern);
+      })) {
     return;
   }
   ActivePattern active{next_pattern_id_++, std::move(found), reader.id, reader.process};
@@ -359,20 +363,25 @@ bool AccessModel::IsNear(ByteRange window, ByteRange range) const {
   return range.offset < window.end() + tuning_.near_window && range.end() + tuning_.near_window > window.offset;
 }
 
-bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range,
-                                  uint64_t file_readahead) const {
+bool AccessModel::Sees(const Reader& reader, const ActivePattern& p) {
+  return !p.reader.has_value() || MaybeOneProcess(p.process, reader.process);
+}
+
+bool AccessModel::NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range, const Reader& reader) const {
   return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    return IsNear(WindowOf(plan, p.learned.pattern, index, file_readahead), range);
+    return Sees(reader, p) && IsNear(WindowOf(plan, p.learned.pattern, index, reader.file_readahead), range);
   });
 }
 
 bool AccessModel::NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail,
-                                       uint64_t file_readahead) const {
+                                       const Reader& reader) const {
   const std::vector<TensorSpan>& tensors = plan.tensors();
   return std::any_of(patterns_.begin(), patterns_.end(), [&](const ActivePattern& p) {
-    if (!IsNear(WindowOf(plan, p.learned.pattern, index, file_readahead), head)) return false;
+    if (!Sees(reader, p) || !IsNear(WindowOf(plan, p.learned.pattern, index, reader.file_readahead), head)) {
+      return false;
+    }
     for (size_t k = index + 1; k < tensors.size() && tensors[k].begin < tail.end() + tuning_.near_window; ++k) {
-      if (IsNear(WindowOf(plan, p.learned.pattern, k, file_readahead), tail)) return true;
+      if (IsNear(WindowOf(plan, p.learned.pattern, k, reader.file_readahead), tail)) return true;
     }
     return false;
   });

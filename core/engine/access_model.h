@@ -6,8 +6,11 @@
 // one reading whole tensors, a slice (the same fraction of rows of every
 // tensor, learned from the tensors it left; see slice_pattern.h), the kernel
 // reading around a slice or a copy, or not known yet. It keeps the slice
-// patterns learned, shared by all readers (a host's next file is read by a
-// new reader).
+// patterns learned, each seen by the readers of the process that learned it
+// (a host's next file is read by a new reader of that process; Sees): a
+// reader of another process, a whole-tensor loader reading the same tensors
+// say, is classified from its own reads as if the pattern were not there.
+// -o shard's pattern is every reader's.
 //
 // Pure logic: no I/O, no cache, no lock of its own (ReadEngine calls it under
 // its mutex). What a read calls for at once (the rest of a tensor a
@@ -29,6 +32,11 @@
 #include "core/util/types.h"
 
 namespace tensorfs {
+
+// Whether two readers' processes (ReaderId::process, 0: not known) may be
+// one: the same, or either not known. A reader takes what readers of its own
+// process learned or prepared for it, never what another process's did.
+inline bool MaybeOneProcess(uint64_t a, uint64_t b) { return a == 0 || b == 0 || a == b; }
 
 class AccessModel {
  public:
@@ -153,6 +161,9 @@ class AccessModel {
   const std::vector<ActivePattern>& patterns() const { return patterns_; }
   // The pattern with id `id`, or null.
   const ActivePattern* Pattern(int id) const;
+  // Whether `reader` takes pattern `p` into account: -o shard's, or one
+  // learned by a reader of its own process (either not known: any).
+  static bool Sees(const Reader& reader, const ActivePattern& p);
 
  private:
   // Takes `found`, a pattern the learner of `reader` completed, unless one
@@ -163,13 +174,14 @@ class AccessModel {
   // Whether `range` lies within Tuning::near_window of `window` (a slice
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;
-  // Whether `range` of tensor `index` is near a known pattern's window of it.
-  bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range, uint64_t file_readahead) const;
-  // Whether, for a known pattern, `head` (a touch of tensor `index`) is near
-  // its window of that tensor and `tail` (a touch at the tensor's end) near its
-  // window of a tensor that follows.
+  // Whether `range` of tensor `index` is near the window of a pattern
+  // `reader` sees.
+  bool NearKnownWindow(const ChunkPlan& plan, size_t index, ByteRange range, const Reader& reader) const;
+  // Whether, for a pattern `reader` sees, `head` (a touch of tensor `index`)
+  // is near its window of that tensor and `tail` (a touch at the tensor's
+  // end) near its window of a tensor that follows.
   bool NextWindowsFirstPage(const ChunkPlan& plan, size_t index, ByteRange head, ByteRange tail,
-                            uint64_t file_readahead) const;
+                            const Reader& reader) const;
 
   const Tuning& tuning_;
   const bool shard_;  // patterns_ begins with -o shard's

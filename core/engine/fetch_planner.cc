@@ -93,7 +93,7 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
                                    plan.tensors()[static_cast<size_t>(k)].begin < e;
          ++k) {
       const ByteRange w =
-          model_.WindowOf(plan, kind.pattern->learned.pattern, static_cast<size_t>(k), state.file_readahead);
+          model_.WindowOf(plan, kind.pattern->learned.pattern, static_cast<size_t>(k), kind.file_readahead);
       if (w.end() <= b || w.offset >= e) continue;
       const uint64_t wb = std::max(std::min(want.offset, w.offset), chunk.offset);
       const uint64_t we = std::min(std::max(want.end(), w.end()), chunk.end());
@@ -145,31 +145,37 @@ ByteRange FetchPlanner::PartWithin(ByteRange chunk, const std::optional<ByteRang
   return ByteRange{begin, std::min(chunk.end(), within->end()) - begin};
 }
 
-void FetchPlanner::StartSliceSweep(ObjectState& state, int id, size_t from) {
+void FetchPlanner::StartSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead) {
   if (state.slice_sweeps.contains(id)) return;
-  state.slice_sweeps[id] = SliceSweep{.start = from};
-  TopUpSliceSweep(state, id, from);
+  TopUpSliceSweep(state, id, from, file_readahead);
 }
 
-void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from) {
+void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead) {
   const AccessModel::ActivePattern* active = model_.Pattern(id);
   if (active == nullptr) state.slice_sweeps.erase(id);
   if (active == nullptr || stopping_) return;
   auto [sweep_it, fresh] = state.slice_sweeps.try_emplace(id, SliceSweep{.start = from});
   SliceSweep& sweep = sweep_it->second;
+  // The margins of the pattern's reader's file: the one it reads now, or,
+  // for a sweep begun before it opened it, the one its files will get.
+  if (file_readahead != 0) {
+    sweep.file_readahead = file_readahead;
+  } else if (fresh) {
+    sweep.file_readahead = host_.FileReadaheadOf(state, *active);
+  }
   const ChunkPlan& plan = *state.plan;
   const size_t n = plan.tensors().size();
   // Windows closer than half a read-around are one request: the kernel
   // reads the gap, around one or the other. At a slice readahead it reads
   // less of it.
-  const uint64_t gap = std::min(tuning_.coalesce_gap, model_.ReadAroundHalf(state.file_readahead));
+  const uint64_t gap = std::min(tuning_.coalesce_gap, model_.ReadAroundHalf(sweep.file_readahead));
   while (sweep.visited < n && sweep.in_flight < options_.prefetch_window) {
     // One run of windows close together, cut at chunk boundaries.
     size_t k = (sweep.start + sweep.visited) % n;
-    ByteRange run = model_.WindowOf(plan, active->learned.pattern, k, state.file_readahead);
+    ByteRange run = model_.WindowOf(plan, active->learned.pattern, k, sweep.file_readahead);
     size_t count = 1;
     while (sweep.visited + count < n && (k + 1) % n != sweep.start % n && k + 1 < n) {
-      const ByteRange next = model_.WindowOf(plan, active->learned.pattern, k + 1, state.file_readahead);
+      const ByteRange next = model_.WindowOf(plan, active->learned.pattern, k + 1, sweep.file_readahead);
       if (next.offset > run.end() + gap || next.end() - run.offset > options_.chunk_size) break;
       run = ByteRange{run.offset, std::max(run.end(), next.end()) - run.offset};
       ++k;
@@ -207,7 +213,8 @@ void FetchPlanner::ContinueTensor(ObjectState& state, size_t index) {
   }
 }
 
-void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named) {
+void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named,
+                                    uint64_t file_readahead) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
@@ -223,7 +230,7 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // nor, before it is, a likely slice past its likely end.
   uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
   if (touch != touches.end() && touch->copy_end == 0 && named) {
-    limit = std::min(limit, LikelySliceEnd(plan, access, *touch, model_.FileReadahead(state.file_readahead)));
+    limit = std::min(limit, LikelySliceEnd(plan, access, *touch, model_.FileReadahead(file_readahead)));
   }
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
@@ -378,8 +385,9 @@ void FetchPlanner::UpdateStreams(ObjectState& state, AccessState& access, size_t
     // The reader of the file before this one, come here to read it out of
     // order, is known at its first jump (waiting for three left the link to
     // one chunk at a time at each new shard).
-    if (access.far_jumps >= (state.continued ? 1 : tuning_.sweep_after_jumps) && !state.sweep) {
+    if (access.far_jumps >= (access.continued ? 1 : tuning_.sweep_after_jumps) && !state.sweep) {
       state.sweep = true;
+      state.sweep_process = access.process;
       spdlog::debug("{}: read out of order; prefetching it whole in storage order", state.info.name);
     }
   }
@@ -406,7 +414,7 @@ void FetchPlanner::UpdateStreams(ObjectState& state, AccessState& access, size_t
   if (s->reads >= 2 && s->frontier + 1 >= plan.size()) {
     uint64_t left = 0;
     for (size_t i = last + 1; i < plan.size(); ++i) left += plan.Chunk(i).length;
-    ContinueIntoSuccessor(state, left);
+    ContinueIntoSuccessor(state, left, access.process);
   }
   // Streams that ran into this one are part of it now.
   Stream merged = *s;
@@ -417,30 +425,34 @@ void FetchPlanner::UpdateStreams(ObjectState& state, AccessState& access, size_t
   if (state.sweep) TopUpSweep(state);
 }
 
-void FetchPlanner::ContinueIntoSuccessor(ObjectState& state, uint64_t left) {
+void FetchPlanner::ContinueIntoSuccessor(ObjectState& state, uint64_t left, uint64_t process) {
   if (!state.successor || left >= options_.prefetch_window) return;
   const uint64_t want = options_.prefetch_window - left;
   ObjectState& next = host_.StateOf(*state.successor);
   if (next.plan != nullptr) {
-    ContinueInto(next, want);
+    ContinueInto(next, want, process);
   } else {
     next.continue_bytes = std::max(next.continue_bytes, want);
+    next.continue_process = process;
     host_.StartHead(next, /*prefetch=*/true);
   }
 }
 
-void FetchPlanner::ContinueInto(ObjectState& state, uint64_t bytes) {
+void FetchPlanner::ContinueInto(ObjectState& state, uint64_t bytes, uint64_t process) {
   const ChunkPlan& plan = *state.plan;
-  state.continued = true;
-  // The stream the predecessor's reader will continue in.
+  // The stream the predecessor's reader will continue in: one per process
+  // (a reader of another process coming to this file is not that reader).
   std::vector<Stream>& streams = state.access.streams;
-  auto it = std::find_if(streams.begin(), streams.end(), [](const Stream& st) { return st.start == 0; });
+  auto it = std::find_if(streams.begin(), streams.end(), [&](const Stream& st) {
+    return st.start == 0 && (!st.continuation || st.process == process);
+  });
   if (it == streams.end()) {
     if (streams.size() >= tuning_.max_streams) return;
     streams.push_back(Stream{.start = 0, .last = 0, .frontier = 0, .reads = 2, .id = next_stream_id_++,
-                             .continuation = true});
+                             .continuation = true, .process = process});
     it = std::prev(streams.end());
   }
+  state.access.continued = true;  // the reads that name no reader continue there too
   it->age = ++state.access.trail.clock;
   uint64_t covered = 0;
   for (size_t i = 1; i < plan.size() && covered < bytes; ++i) {
@@ -460,7 +472,8 @@ void FetchPlanner::TopUpSweep(ObjectState& state) {
   }
   // All of this object is on its way: the next file of the checkpoint can start.
   if (state.sweep_next >= plan.size()) {
-    ContinueIntoSuccessor(state, static_cast<uint64_t>(state.sweep_in_flight) * options_.chunk_size);
+    ContinueIntoSuccessor(state, static_cast<uint64_t>(state.sweep_in_flight) * options_.chunk_size,
+                          state.sweep_process);
   }
 }
 

@@ -57,6 +57,10 @@ class FetchPlanner {
     virtual void StartHead(ObjectState& state, bool prefetch) = 0;
     // Queues a range request for the fetch workers.
     virtual void Enqueue(ObjectState& state, FetchJob job, bool prefetch) = 0;
+    // The readahead the files of `state`'s object will be opened with by the
+    // process whose reader learned `pattern` (a sweep going on into a shard
+    // that reader has not opened yet); 0: the mount's now.
+    virtual uint64_t FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) = 0;
 
    protected:
     ~Host() = default;
@@ -70,6 +74,7 @@ class FetchPlanner {
     uint64_t copy_end = UINT64_MAX;  // where the copy the read is part of ends, if known
     bool spans_tensors = false;
     std::optional<ByteRange> within;  // see ReadHints
+    uint64_t file_readahead = 0;      // the reader's file was opened with (0: the mount's now)
   };
   // The range of a chunk a read needs cached or coming, and the largest
   // request for its gaps.
@@ -99,23 +104,30 @@ class FetchPlanner {
   static ByteRange PartWithin(ByteRange chunk, const std::optional<ByteRange>& within);
 
   // Records a sequential read of chunks [first, last] ending at byte
-  // `read_end` and starts the prefetches it calls for; `waited`: the read
-  // waits for a prefetch.
+  // `read_end` by the reader of `access` and starts the prefetches it calls
+  // for; `waited`: the read waits for a prefetch. A reader that took over the
+  // stream prefetched for the reader of the file before (AccessState::
+  // continued) is taken to jump around in the object at its first jump.
   void UpdateStreams(ObjectState& state, AccessState& access, size_t first, size_t last, uint64_t read_end,
                      bool waited);
   // Keeps the whole-object sweep's requests in flight (a reader that jumps
   // around in the object).
   void TopUpSweep(ObjectState& state);
   // Prefetches windows of pattern `id` in `state`'s object, starting at
-  // tensor `from` if the sweep is new, up to prefetch_window bytes in flight.
-  void TopUpSliceSweep(ObjectState& state, int id, size_t from);
-  void StartSliceSweep(ObjectState& state, int id, size_t from);
+  // tensor `from` if the sweep is new, up to prefetch_window bytes in flight,
+  // with the margins of a file opened at `file_readahead` (that of the
+  // pattern's reader's file: 0 keeps the sweep's, or, for a new one, asks
+  // the host which its files will get).
+  void TopUpSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead = 0);
+  void StartSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead = 0);
   // Prefetch for a reader not known yet: the bytes ahead of it within the
   // tensor (or the copy it makes, once known, or the slice it likely reads:
   // LikelySliceEnd), as many as it has read there in a row.
   // `named`: the reads are one reader's (the reads of no reader may be
-  // several slice readers': no likely slice end is known for them).
-  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named);
+  // several slice readers': no likely slice end is known for them), whose
+  // file was opened at `file_readahead` (0: the mount's now).
+  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named,
+                        uint64_t file_readahead);
   // Where a reader not known yet, reading `touch`, likely stops reading its
   // tensor: where its rows of the tensor it began before ended, at the same
   // fraction, when it began this one at the fraction it began that one (a slice reader
@@ -133,8 +145,9 @@ class FetchPlanner {
   // given) not cached or coming, at prefetch priority.
   void PrefetchRange(ObjectState& state, ByteRange range, const std::optional<ByteRange>& within);
   // Prefetches `bytes` from the start of `state`'s object (a predecessor's
-  // reader is about to arrive), starting a stream there.
-  void ContinueInto(ObjectState& state, uint64_t bytes);
+  // reader, of `process`, is about to arrive), starting a stream there that
+  // a reader of that process takes over.
+  void ContinueInto(ObjectState& state, uint64_t bytes, uint64_t process);
 
  private:
   // Requests chunk `index` (if not cached or loading, nor given to the kernel
@@ -155,8 +168,8 @@ class FetchPlanner {
   int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
                       std::vector<ExtentMap::Extent>* tiles = nullptr);
   // The same for the object read after `state`'s, when only `left` bytes of
-  // this one remain to be fetched.
-  void ContinueIntoSuccessor(ObjectState& state, uint64_t left);
+  // this one remain to be fetched for a reader of `process`.
+  void ContinueIntoSuccessor(ObjectState& state, uint64_t left, uint64_t process);
   // The chunks from `from` on that make up `bytes` (at least one).
   static size_t WindowChunks(const ChunkPlan& plan, size_t from, uint64_t bytes);
   // A stream was read: it counts as being read for the next

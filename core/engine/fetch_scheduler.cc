@@ -124,7 +124,9 @@ uint64_t ReadEngine::RunJob(const FetchJob& job) {
           const ExtentId id = cache_.InsertLoading(*state.extents, head, /*prefetched=*/true);
           cache_.Publish(id, std::move(chunk));
         }
-        if (state.continue_bytes > 0 && !stopping_) planner_.ContinueInto(state, state.continue_bytes);
+        if (state.continue_bytes > 0 && !stopping_) {
+          planner_.ContinueInto(state, state.continue_bytes, state.continue_process);
+        }
         state.continue_bytes = 0;
         if (!stopping_) {
           for (const auto& [range, within] : state.pending_prefetch) planner_.PrefetchRange(state, range, within);

@@ -37,6 +37,7 @@ struct Stream {
   uint64_t age = 0;     // for replacing the least recently used stream
   uint64_t id = 0;      // engine-wide, for counting the streams being read
   bool continuation = false;  // made for the reader coming from the file before (ContinueInto)
+  uint64_t process = 0;       // a continuation's: the process of that reader (0: not known)
   // How far ahead of itself it is prefetched (bytes; 0: not grown yet, the
   // least): doubled, up to its share of prefetch_window, each time a read of
   // it waits for a prefetch that has not arrived. A store that keeps up (a
@@ -51,7 +52,14 @@ struct AccessState {
   AccessModel::Trail trail;
   std::vector<Stream> streams;
   int far_jumps = 0;
+  // The process of the reader (ReaderId::process; 0: not known, or the reads
+  // that name no reader).
+  uint64_t process = 0;
+  // It took over the stream prefetched for the reader of the file before
+  // (ContinueInto): the reader of that file, come to read this one.
+  bool continued = false;
 };
+
 
 // Prefetching one slice pattern's windows of one object, in storage order from
 // the tensor first read, wrapping round to the ones before it.
@@ -59,6 +67,10 @@ struct SliceSweep {
   size_t start = 0;
   size_t visited = 0;      // tensors whose windows are requested
   uint64_t in_flight = 0;  // bytes requested and not yet arrived
+  // The readahead the pattern's reader has the object open with (or will:
+  // a sweep into the next shard), whose margins its windows take; 0: the
+  // mount's now.
+  uint64_t file_readahead = 0;
 };
 
 // Byte ranges of a file the kernel received in full, as whole cache entries
@@ -81,26 +93,24 @@ struct ObjectState {
   bool head_requested = false;
   std::vector<std::function<void(const Status&)>> plan_waiters;
   // Reads that name no reader, and the stream ContinueInto makes ready for
-  // the next reader to come (a reader new to the object starts from it).
+  // the next reader to come (a reader new to the object of the same process
+  // starts from it).
   AccessState access;
   uint64_t last_used = 0;  // the engine's clock at its last use
   int jobs = 0;            // fetches queued or running for it
   bool sweep = false;      // prefetching the whole object in storage order
+  uint64_t sweep_process = 0;  // the process of the reader it is for (AccessState::process)
   size_t sweep_next = 0;
   int sweep_in_flight = 0;
   std::optional<ObjectInfo> successor;  // the file read after it (ReadEngine::SetReadOrder)
   uint64_t continue_bytes = 0;  // prefetch this much from the start once the plan is known
-  bool continued = false;       // its start was prefetched for the reader of the file before it
+  uint64_t continue_process = 0;  // for a reader of this process (Stream::process)
   // Prefetch() calls made before the plan was known: range, within.
   std::vector<std::pair<ByteRange, std::optional<ByteRange>>> pending_prefetch;
   ExtentMap* extents = nullptr;            // what the cache holds of it (ChunkCache::Extents)
   std::map<int, SliceSweep> slice_sweeps;  // by pattern id
   std::vector<int> pending_sweeps;         // pattern ids to sweep once the plan is known
   GivenRanges given;
-  // The readahead its files were opened with when a reader last began
-  // reading it (0: none has yet; it will be opened at the mount's readahead
-  // then in force). A slice pattern's windows in it take this one's margins.
-  uint64_t file_readahead = 0;
 };
 
 // One range request, queued for a fetch worker.

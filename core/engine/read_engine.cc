@@ -108,29 +108,14 @@ ObjectState& ReadEngine::StateOf(const ObjectInfo& object) {
   return it->second;
 }
 
-ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& state) {
+ReadEngine::ReaderState& ReadEngine::Remember(ReaderId reader) {
   auto [it, inserted] = readers_.try_emplace(reader);
   ReaderState& r = it->second;
-  if (inserted) {
-    r.learner = SliceLearner(tuning_);
-    // -o shard=0/1 says so; else a reader opening a file set for whole readers
-    // most likely is one.
-    r.clock.presumed_whole = options_.shard_world == 1 ||
-                             (!options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
-                              readahead_wanted_ == options_.readahead.whole);
-  }
-  if (inserted || r.object != state.info.id()) {
-    r.object = state.info.id();
-    // Its file was opened at the readahead then in force (the sink takes a
-    // change before the next open, and a shard's own value at its open).
-    state.file_readahead =
-        per_file_readahead_ ? readahead_.WantedFor(IsOneOfSeveralShards(state.info.name)) : readahead_wanted_;
-    r.access = AccessState{};
-    for (const Stream& st : state.access.streams) {
-      if (st.continuation) r.access.streams.push_back(st);
-    }
-  }
   r.last_used = ++engine_clock_;
+  if (inserted) {
+    r.process = reader.process;
+    r.learner = SliceLearner(tuning_);
+  }
   if (inserted && readers_.size() > tuning_.max_readers) {
     auto oldest = readers_.end();
     for (auto i = readers_.begin(); i != readers_.end(); ++i) {
@@ -138,6 +123,41 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
     }
     SetKind(oldest->second, ReadaheadPolicy::Kind::kUnknown);
     readers_.erase(oldest);
+  }
+  return r;
+}
+
+uint64_t ReadEngine::FileReadaheadFor(const ObjectInfo& object, uint64_t process) {
+  // Without a sink applying each file's own value, files are taken to be
+  // opened at the mount's.
+  return per_file_readahead_ ? readahead_.WantedFor(process, IsOneOfSeveralShards(object.name)) : readahead_wanted_;
+}
+
+uint64_t ReadEngine::FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) {
+  return FileReadaheadFor(state.info, pattern.process);
+}
+
+ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& state) {
+  ReaderState& r = Remember(reader);
+  if (r.object != state.info.id()) {  // its first read
+    r.object = state.info.id();
+    // Its file was opened at the readahead its process's files got then
+    // (Opening says which; else the policy's now, the sink taking each
+    // change before the next open).
+    if (!r.opened) r.file_readahead = FileReadaheadFor(state.info, reader.process);
+    // -o shard=0/1 says so; else a reader whose file was opened at the whole
+    // readers' readahead (its process was seen reading whole tensors) most
+    // likely is one.
+    r.clock.presumed_whole = options_.shard_world == 1 ||
+                             (!options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
+                              r.file_readahead == options_.readahead.whole);
+    r.access = AccessState{.process = reader.process};
+    for (const Stream& st : state.access.streams) {
+      if (st.continuation && MaybeOneProcess(st.process, reader.process)) {
+        r.access.streams.push_back(st);
+        r.access.continued = true;
+      }
+    }
   }
   return r;
 }
@@ -155,24 +175,30 @@ void ReadEngine::ReleaseReader(ReaderId reader) {
 
 void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
   if (r.kind == kind) return;
-  readahead_.Change(r.kind, kind);
+  const uint64_t was = readahead_.WantedFor(r.process, /*shard=*/false);
+  readahead_.Change(r.process, r.kind, kind);
   r.kind = kind;
-  TakeWanted(kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
+  TakeWanted(r.process, was, kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
 }
 
-void ReadEngine::LearnSliceSize(const ObjectState& state, const SlicePattern& pattern) {
-  // The first file a slice reader reads tells how large its slices are.
-  if (readahead_.slice_size_known()) return;
+void ReadEngine::LearnSliceSize(const ObjectState& state, const SlicePattern& pattern, uint64_t process) {
+  // The first file a process's slice reader reads tells how large its slices are.
+  if (readahead_.slice_size_known(process)) return;
+  const uint64_t was = readahead_.WantedFor(process, /*shard=*/false);
   const uint64_t mean = pattern.MeanCore(state.plan->tensors());
-  readahead_.SetSliceSize(mean);
+  readahead_.SetSliceSize(process, mean);
   spdlog::debug("{}: the slices of {} average {} KiB", state.info.name, pattern.ToString(), mean >> 10);
-  TakeWanted("slice readers, small slices");
+  TakeWanted(process, was, "slice readers, small slices");
 }
 
-void ReadEngine::TakeWanted(const char* why) {
+void ReadEngine::TakeWanted(uint64_t process, uint64_t was, const char* why) {
+  if (const uint64_t now = readahead_.WantedFor(process, /*shard=*/false); now != was && was != 0) {
+    spdlog::info("files {} opens from now on get a readahead of {} KiB ({})",
+                 process != 0 ? "process " + std::to_string(process) : std::string("a process not known"),
+                 now >> 10, why);
+  }
   const uint64_t wanted = readahead_.Wanted();
   if (wanted == readahead_wanted_) return;
-  if (readahead_wanted_ != 0) spdlog::info("files opened from now on get a readahead of {} KiB ({})", wanted >> 10, why);
   readahead_wanted_ = wanted;
   model_.SetReadahead(wanted);
   readahead_changed_.store(true, std::memory_order_relaxed);
@@ -212,14 +238,19 @@ void ReadEngine::HandToSink(uint64_t wanted) {
   if (wanted != 0) readahead_sink_(wanted);
 }
 
-void ReadEngine::Opening(std::string_view name) {
+void ReadEngine::Opening(std::string_view name, ReaderId reader) {
   if (!IsSafetensorsFileName(name)) return;
   MutexLock sink_lock(readahead_mu_);
   if (!readahead_sink_) return;
   uint64_t wanted = 0;
   {
     MutexLock lock(mu_);
-    wanted = readahead_.WantedFor(IsOneOfSeveralShards(name));
+    wanted = readahead_.WantedFor(reader.process, IsOneOfSeveralShards(name));
+    if (reader.value != 0) {
+      ReaderState& r = Remember(reader);
+      r.file_readahead = wanted;
+      r.opened = true;
+    }
   }
   // 0 (the kernel's, left as it is) would leave the value in force.
   if (wanted != 0) HandToSink(wanted);
@@ -364,16 +395,18 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     AccessState* access = &state.access;
     AccessModel::ReaderClock* reader = &anonymous_;
     SliceLearner* learner = &learner_;
+    uint64_t file_readahead = 0;  // the reader's file's (0: the mount's now, for the reads of no reader)
     if (op->hints.reader.value != 0) {
       ReaderState& r = ReaderOf(op->hints.reader, state);
       access = &r.access;
       reader = &r.clock;
       learner = &r.learner;
+      file_readahead = r.file_readahead;
     }
     if (kernel_read) {
       AccessModel::Answer answer = model_.Classify(
           plan, state.info.name,
-          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value, state.file_readahead,
+          AccessModel::Reader{access->trail, *reader, *learner, op->hints.reader.value, file_readahead,
                               op->hints.reader.process},
           op->range);
       mode = answer.mode;
@@ -401,19 +434,21 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         mode = Mode::kWhole;
       }
       // A read near a pattern's window is that pattern's reader too (the
-      // kernel reading around its slice): its sweep starts now, and its windows
-      // take the margins of the readahead the files opened next get.
+      // kernel reading around its slice): its sweep starts now, and its
+      // process's next files get the slice readahead.
       if (reader->reads < reader->whole_until) {
         SetKind(r, ReadaheadPolicy::Kind::kWhole);
       } else if (mode == Mode::kSlice || mode == Mode::kNearSlice) {
-        if (pattern != nullptr) LearnSliceSize(state, pattern->learned.pattern);
+        if (pattern != nullptr) LearnSliceSize(state, pattern->learned.pattern, r.process);
         SetKind(r, ReadaheadPolicy::Kind::kSlice);
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
-      LearnSliceSize(state, model_.patterns().front().learned.pattern);  // before its windows are swept
-      planner_.StartSliceSweep(state, model_.patterns().front().id, 0);  // -o shard: from the first read on
+      // Before its windows are swept: -o shard's slices are the mount's.
+      LearnSliceSize(state, model_.patterns().front().learned.pattern, op->hints.reader.process);
+      // -o shard: from the first read on.
+      planner_.StartSliceSweep(state, model_.patterns().front().id, 0, file_readahead);
     }
     bool waited_on_prefetch = false;  // the read needs a prefetched chunk still coming
     // Adds extent `id` to the read: cached (or `held` by the read), or joined.
@@ -456,14 +491,18 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         add(cached->id, nullptr);
         continue;
       }
-      const FetchPlanner::Want want = planner_.WantOf(
-          state, chunk, part, FetchPlanner::ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within});
+      const FetchPlanner::Want want =
+          planner_.WantOf(state, chunk, part,
+                          FetchPlanner::ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within, file_readahead});
       for (auto& [id, held] : planner_.Cover(state, want, part)) add(id, std::move(held));
     }
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {
-      planner_.TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))));
+      planner_.TopUpSliceSweep(state, pattern->id, static_cast<size_t>(std::max(0, plan.TensorAt(op->range.offset))),
+                               file_readahead);
     } else if (kernel_read && mode == Mode::kUnknown) {
-      if (!spans_tensors) planner_.RampWithinTensor(state, *access, op->range, op->hints.reader.value != 0);
+      if (!spans_tensors) {
+        planner_.RampWithinTensor(state, *access, op->range, op->hints.reader.value != 0, file_readahead);
+      }
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
       planner_.UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
     }

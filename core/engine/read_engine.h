@@ -35,9 +35,16 @@
 //   read; with -o shard=R/N the windows of slice R are known from the first.
 // What a reader is doing is kept per reader (ReaderId: one open file), so
 // two processes reading one file, one a whole-tensor loader and one a slice
-// reader, each keep their own pattern; the slice patterns learned are shared
-// by all readers (a host's next file is read by a new reader), and a pattern
-// found too wide is narrowed by the readers of the process that learned it.
+// reader, each keep their own pattern. What a reader takes from others comes
+// from readers of its own process only (ReaderId::process; where either
+// process is not known, from any): the slice patterns its process learned (a
+// host's next file is read by a new reader; a pattern found too wide is
+// narrowed by its readers), the readahead its file was opened with
+// (readahead_policy.h: what its process's readers were seen to do) and so
+// whether it is taken for a whole-tensor reader from its first read, and the
+// stream prefetched into a shard for the reader of the one before. A
+// whole-tensor loader of another process, of the same checkpoint or another,
+// changes none of it.
 // The mode is decided per read by the access model; a read spanning two tensors (the
 // kernel reading around a page near a tensor's edge) fetches only its pages
 // for a reader not known yet.
@@ -58,17 +65,18 @@
 // Every tuning constant is in Tuning (tuning.h), derived from chunk_size and
 // the kernel's readahead in force (EngineOptions::readahead).
 //
-// Readahead: what the engine learns of its readers (whole-tensor, slice) sets
-// the readahead the mount's next files are opened with (readahead_policy.h),
-// through the sink the FUSE adapter gives (SetReadaheadSink). While slice
-// readers set it, their windows' margins are what the kernel reads around a
-// fault at the slice readahead.
+// Readahead: what the engine learns of a process's readers (whole-tensor,
+// slice) sets the readahead that process's next files are opened with
+// (readahead_policy.h), through the sink the FUSE adapter gives
+// (SetReadaheadSink) as each is opened (Opening). A slice reader's windows'
+// margins are what the kernel reads around a fault at the readahead its own
+// file was opened with.
 //
 // State is bounded: objects' state (and their cached extents) past
 // Tuning::max_objects idle ones (and a version no file shows any more at
 // ForgetObject), readers' past Tuning::max_readers (and at ReleaseReader),
-// extents by the cache's budget, slice sweeps with the patterns they belong
-// to.
+// processes' kinds past ReadaheadPolicy::kProcesses, extents by the cache's
+// budget, slice sweeps with the patterns they belong to.
 //
 // A broken invariant on the read path (cache entries that do not tile a read)
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted
@@ -160,8 +168,10 @@ namespace tensorfs {
 // of them does (read whole tensors, a slice, in order) says nothing about the
 // next. 0: the reader of every read that names none (one per object).
 // `process`: the process that opened the file (0: not known). One process's
-// readers of several files share what they show of its slice: a reader may
-// narrow the slice pattern another reader of its process learned.
+// readers of several files share what they show (the slice patterns they
+// learned, which a reader may narrow; whether they read whole tensors, which
+// sets the readahead its next files are opened with); readers of two
+// processes share none of it.
 struct ReaderId {
   uint64_t value = 0;
   uint64_t process = 0;
@@ -243,13 +253,15 @@ class ReadEngine final : private FetchPlanner::Host {
   // file that wants another value is opened (Opening); never under mu_, one
   // call at a time, the last call with the value wanted last.
   void SetReadaheadSink(std::function<void(uint64_t bytes)> sink) EXCLUDES(readahead_mu_, mu_);
-  // The object `name` is being opened: a safetensors file gets the readahead
-  // the policy wants for it (ReadaheadPolicy::WantedFor) through the sink now,
+  // The object `name` is being opened by `reader` (its process: the one
+  // opening it): a safetensors file gets the readahead the policy wants for
+  // it and that process (ReadaheadPolicy::WantedFor) through the sink now,
   // before the open is answered, as the kernel sets an opened file's
-  // readahead from the mount's once the open returns. Other files take the
-  // value in force. Two safetensors files wanting different values, opened
-  // at the same instant, may both get the second.
-  void Opening(std::string_view name) EXCLUDES(readahead_mu_, mu_);
+  // readahead from the mount's once the open returns; the reader's reads are
+  // taken to be of a file at that readahead. Other files take the value in
+  // force. Two safetensors files wanting different values, opened at the
+  // same instant, may both get the second.
+  void Opening(std::string_view name, ReaderId reader = {}) EXCLUDES(readahead_mu_, mu_);
   // The readahead the policy wants for files opened now (0: the kernel's).
   uint64_t WantedReadahead() EXCLUDES(mu_);
 
@@ -273,7 +285,8 @@ class ReadEngine final : private FetchPlanner::Host {
   struct ReadOp;
   using Mode = AccessModel::Mode;
   struct ReaderState {
-    ObjectId object;  // the object `access` is of (an open file reads one)
+    ObjectId object;  // the object `access` is of (an open file reads one); none before its first read
+    uint64_t process = 0;  // ReaderId::process
     AccessState access;
     AccessModel::ReaderClock clock;
     // Learns this reader's slice from its own tensors only (readers of other
@@ -281,6 +294,11 @@ class ReadEngine final : private FetchPlanner::Host {
     SliceLearner learner;
     uint64_t last_used = 0;
     ReadaheadPolicy::Kind kind = ReadaheadPolicy::Kind::kUnknown;  // as told to readahead_
+    // The readahead its file was opened with (0: the kernel's, or not
+    // known): what Opening handed the sink for it (`opened`), else, from its
+    // first read, what its process's files are opened with then.
+    uint64_t file_readahead = 0;
+    bool opened = false;
   };
 
   // FetchPlanner::Host: the state of `object`, made if new.
@@ -290,8 +308,18 @@ class ReadEngine final : private FetchPlanner::Host {
   void StartHead(ObjectState& state, bool prefetch) override REQUIRES(mu_);
   // FetchPlanner::Host: queues a range request.
   void Enqueue(ObjectState& state, FetchJob job, bool prefetch) override REQUIRES(mu_);
-  // The state of `reader`, on `state`'s object; a reader new to it starts from
-  // the object's continuation stream.
+  // FetchPlanner::Host: the readahead the files of `state`'s object will be
+  // opened with by the process of `pattern`.
+  uint64_t FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) override
+      REQUIRES(mu_);
+  // The readahead a file of `object` opened now by `process` gets.
+  uint64_t FileReadaheadFor(const ObjectInfo& object, uint64_t process) REQUIRES(mu_);
+  // The state of `reader`, made if new (and the least recently used past
+  // Tuning::max_readers dropped).
+  ReaderState& Remember(ReaderId reader) REQUIRES(mu_);
+  // The state of `reader`, on `state`'s object; at its first read there, it
+  // takes the readahead its file was opened with and starts from the
+  // object's continuation stream, if one was made for a reader of its process.
   ReaderState& ReaderOf(ReaderId reader, ObjectState& state) REQUIRES(mu_);
   // Drops the state of objects nothing is pending on, least recently used
   // first, past Tuning::max_objects; no ObjectState reference may be held
@@ -312,12 +340,14 @@ class ReadEngine final : private FetchPlanner::Host {
   void Inconsistent(const std::string& what);
   // Tells the readahead policy that `r` is now of `kind`.
   void SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) REQUIRES(mu_);
-  // Takes the policy's value now (after a reader's kind or the slices' size
-  // changed): the access model's windows, and the sink's next value.
-  void TakeWanted(const char* why) REQUIRES(mu_);
+  // Takes the policy's values now (after a reader's kind or the slices' size
+  // changed): logs the value of `process`'s next files where it is no longer
+  // `was`, and takes the mount's (ReadaheadPolicy::Wanted) for the access
+  // model's windows and the sink's next value.
+  void TakeWanted(uint64_t process, uint64_t was, const char* why) REQUIRES(mu_);
   // Tells the policy the size of `pattern`'s slices in `state` (a plan
-  // known), if not told yet.
-  void LearnSliceSize(const ObjectState& state, const SlicePattern& pattern) REQUIRES(mu_);
+  // known), read by a reader of `process`, if not told yet.
+  void LearnSliceSize(const ObjectState& state, const SlicePattern& pattern, uint64_t process) REQUIRES(mu_);
   // Hands the policy's value to the sink if it changed (see SetReadaheadSink).
   void ApplyReadahead() EXCLUDES(readahead_mu_, mu_);
   // Hands `wanted` to the sink unless it is the value handed last (0 is

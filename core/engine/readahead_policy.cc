@@ -1,5 +1,7 @@
 #include "core/engine/readahead_policy.h"
 
+#include <algorithm>
+
 namespace tensorfs {
 
 ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uint64_t read_ahead,
@@ -15,34 +17,81 @@ ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uin
                  .declared = declared};
 }
 
-uint64_t ReadaheadPolicy::Wanted() const {
+ReadaheadPolicy::ReadaheadPolicy(Options options) : options_(options), resting_(ValueOf(nullptr, false)) {}
+
+uint64_t ReadaheadPolicy::ValueOf(const Process* p, bool shard) const {
   if (options_.fixed) return options_.unknown;
-  switch (InForce()) {
+  // The declared kind (-o shard=), else the one the process was seen as.
+  const Kind kind = options_.declared != Kind::kUnknown ? options_.declared : p != nullptr ? p->mode : Kind::kUnknown;
+  switch (kind) {
     case Kind::kWhole:
       return options_.whole;
-    case Kind::kSlice:
-      return slice_size_ != 0 && slice_size_ < options_.small_slice ? options_.slice_small : options_.slice;
+    case Kind::kSlice: {
+      const uint64_t size = options_.declared == Kind::kSlice ? declared_slice_size_ : p->slice_size;
+      return size != 0 && size < options_.small_slice ? options_.slice_small : options_.slice;
+    }
     case Kind::kUnknown:
       break;
   }
-  return options_.unknown;
+  return shard && options_.unknown_shard != 0 ? options_.unknown_shard : options_.unknown;
 }
 
-uint64_t ReadaheadPolicy::WantedFor(bool shard) const {
-  if (shard && !options_.fixed && InForce() == Kind::kUnknown && options_.unknown_shard != 0) {
-    return options_.unknown_shard;
+uint64_t ReadaheadPolicy::WantedFor(uint64_t process, bool shard) const { return ValueOf(Find(process), shard); }
+
+const ReadaheadPolicy::Process* ReadaheadPolicy::Find(uint64_t process) const {
+  auto it = processes_.find(process);
+  return it == processes_.end() ? nullptr : &it->second;
+}
+
+ReadaheadPolicy::Process& ReadaheadPolicy::Of(uint64_t process) {
+  auto [it, inserted] = processes_.try_emplace(process);
+  it->second.last_used = ++clock_;
+  if (inserted && processes_.size() > kProcesses) {
+    // A process with a whole-tensor reader open stays: its readers' Change
+    // to kUnknown is still to come.
+    auto oldest = processes_.end();
+    for (auto i = processes_.begin(); i != processes_.end(); ++i) {
+      if (i != it && i->second.whole_open == 0 &&
+          (oldest == processes_.end() || i->second.last_used < oldest->second.last_used)) {
+        oldest = i;
+      }
+    }
+    if (oldest != processes_.end()) processes_.erase(oldest);
   }
-  return Wanted();
+  return it->second;
 }
 
-void ReadaheadPolicy::Change(Kind before, Kind after) {
+void ReadaheadPolicy::Change(uint64_t process, Kind before, Kind after) {
   if (before == after) return;
-  if (before == Kind::kWhole) --whole_open_;
+  Process& p = Of(process);
+  const uint64_t was = ValueOf(&p, false);
+  if (before == Kind::kWhole) p.whole_open = std::max(0, p.whole_open - 1);
   if (after == Kind::kWhole) {
-    ++whole_open_;
-    mode_ = Kind::kWhole;
+    ++p.whole_open;
+    p.mode = Kind::kWhole;
   }
-  if (after == Kind::kSlice && whole_open_ == 0) mode_ = Kind::kSlice;
+  if (after == Kind::kSlice && p.whole_open == 0) p.mode = Kind::kSlice;
+  if (const uint64_t now = ValueOf(&p, false); now != was) resting_ = now;
+}
+
+void ReadaheadPolicy::SetSliceSize(uint64_t process, uint64_t bytes) {
+  if (options_.declared == Kind::kSlice) {
+    if (declared_slice_size_ != 0) return;
+    declared_slice_size_ = bytes;
+    resting_ = ValueOf(nullptr, false);
+    return;
+  }
+  Process& p = Of(process);
+  if (p.slice_size != 0) return;
+  const uint64_t was = ValueOf(&p, false);
+  p.slice_size = bytes;
+  if (const uint64_t now = ValueOf(&p, false); now != was) resting_ = now;
+}
+
+bool ReadaheadPolicy::slice_size_known(uint64_t process) const {
+  if (options_.declared == Kind::kSlice) return declared_slice_size_ != 0;
+  const Process* p = Find(process);
+  return p != nullptr && p->slice_size != 0;
 }
 
 }  // namespace tensorfs

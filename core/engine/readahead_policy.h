@@ -8,8 +8,8 @@
 // set the mount's before that reader opens its next file.
 //
 // Four values (see the defaults below for how they were chosen):
-//   - `unknown`, for files opened before anything is known of the mount's
-//     readers: the kernel's default, at which the engine tells readers apart
+//   - `unknown`, for files opened before anything is known of the process's
+//     readers (see "Per process" below): the kernel's default, at which the engine tells readers apart
 //     and learns slices (a larger read-around hides a slice of a few hundred
 //     KiB among its neighbours' bytes); and `unknown_shard`, half of it, for
 //     such a file when it is one shard of several (model-0000i-of-0000n): a
@@ -19,8 +19,8 @@
 //     kernel keeps enough 1 MiB FUSE requests in flight for the bytes the
 //     engine prefetched to flow;
 //   - `slice`, once a slice reader (one host of a sharded job reading a part
-//     of every tensor) is learned while no whole-tensor reader has a file
-//     open: each mmap fault reads little beyond the slice, so that bytes of
+//     of every tensor) is learned while no whole-tensor reader of its process
+//     has a file open: each mmap fault reads little beyond the slice, so that bytes of
 //     the neighbouring hosts' slices are neither fetched nor sent; and
 //     `slice_small`, half of it, once the slices are known to average under
 //     `small_slice` (the kernel reads about twice its readahead around each
@@ -28,24 +28,40 @@
 // `-o read_ahead=` given: that value for every file, never changed. `-o
 // shard=R/N` given: `slice` from the start (the process says it reads slices);
 // `-o shard=0/1`: `whole` from the start (the one host reads every tensor whole).
-// The last kind seen stays in force after its readers' files are closed (a
-// loader's next file is opened by a new reader once the last one is closed).
-// Only files opened after a change get the new value: a loader's first file
-// is read at `unknown` (or `unknown_shard`). Limits: one value for the whole
-// mount at a time, so a whole-tensor reader and a slice reader reading at
-// once both get `whole`; a slice reader coming to a mount set for whole
-// readers has its first file read at `whole`, where slices smaller than half
-// of it are not learned (give it -o shard=).
 //
-// Pure logic: ReadEngine tells it what its readers are and applies Wanted(),
-// or WantedFor() as a safetensors file is opened, through a sink (the FUSE
-// adapter writes the bdi).
+// Per process. Which of them a file gets depends on the process opening it
+// (the one whose thread the FUSE open names; 0 where not known, one more
+// "process" shared by all such opens): what its own readers were seen to do.
+// A whole-tensor loader and a slice reader of two processes on one mount each
+// keep their own value: the slice reader's files are not opened at `whole`
+// because another process reads whole tensors (its faults would read a whole
+// readahead around each slice, and its slices could no longer be told apart),
+// and a process new to the mount has its first file opened at `unknown`
+// whatever the others are. Within a process the last kind seen stays in force
+// after its readers' files are closed (a loader's next file is opened by a new
+// reader once the last one is closed), and `whole` wins while one of its
+// readers reads whole tensors. Only files opened after a change get the new
+// value: a process's first file is read at `unknown` (or `unknown_shard`).
+// Limits: the kernel has one value per mount at a time, set just before each
+// open (WantedFor); two processes opening files that want different values at
+// the same instant may both get the second. A slice reader of a process set
+// for whole readers has its next file read at `whole`, where slices smaller
+// than half of it are not learned (give it -o shard=). Files no process's kind
+// decides (other files, views) take Wanted(): the value of the process whose
+// value changed last.
+//
+// Pure logic: ReadEngine tells it what its readers are and applies
+// WantedFor() as a safetensors file is opened, and Wanted() when it changes,
+// through a sink (the FUSE adapter writes the bdi). State is bounded
+// (kProcesses).
 //
 // Thread-safety: none of its own; ReadEngine calls it under its mutex.
 #ifndef TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_
 #define TENSORFS_CORE_ENGINE_READAHEAD_POLICY_H_
 
+#include <cstddef>
 #include <cstdint>
+#include <map>
 
 namespace tensorfs {
 
@@ -87,35 +103,52 @@ class ReadaheadPolicy {
   // was given at all); `shard_world`: N of -o shard=R/N, 0 when not given.
   static Options ForMount(bool explicit_read_ahead, uint64_t read_ahead, uint64_t shard_world);
 
-  explicit ReadaheadPolicy(Options options) : options_(options) {}
+  explicit ReadaheadPolicy(Options options);
 
-  // The readahead files opened now should get; 0 when the policy leaves the
-  // kernel's as it is.
-  uint64_t Wanted() const;
-  // The same for one file opened now; `shard`: it is one shard of a
-  // checkpoint of several (IsOneOfSeveralShards).
-  uint64_t WantedFor(bool shard) const;
+  // The readahead a file opened now by `process` (0: not known) should get;
+  // `shard`: it is one shard of a checkpoint of several
+  // (IsOneOfSeveralShards). 0 when the policy leaves the kernel's as it is.
+  uint64_t WantedFor(uint64_t process, bool shard) const;
+  // The readahead of the files no process's kind decides (files other than
+  // safetensors ones, views): the value of the process whose value changed
+  // last; before any did, a new process's.
+  uint64_t Wanted() const { return resting_; }
 
-  // A reader's kind went from `before` to `after` (kUnknown for a reader
-  // opened or closed).
-  void Change(Kind before, Kind after);
+  // A reader of `process` went from `before` to `after` (kUnknown for a
+  // reader opened or closed).
+  void Change(uint64_t process, Kind before, Kind after);
 
-  // The slice readers' slices average `bytes` (the first file they read
-  // tells; later calls change nothing).
-  void SetSliceSize(uint64_t bytes) {
-    if (slice_size_ == 0) slice_size_ = bytes;
-  }
-  bool slice_size_known() const { return slice_size_ != 0; }
+  // The slices `process`'s slice readers read average `bytes` (the first
+  // file they read tells; later calls change nothing). With -o shard=R/N
+  // the slices are the mount's, whichever process tells.
+  void SetSliceSize(uint64_t process, uint64_t bytes);
+  bool slice_size_known(uint64_t process) const;
+
+  // Processes remembered: the least recently seen with no whole-tensor reader
+  // open go past it (a process seen again starts as a new one).
+  static constexpr size_t kProcesses = 256;
+  size_t processes() const { return processes_.size(); }
 
  private:
-  // The kind whose value files get now: the declared one, else the one
-  // learned last (kUnknown before anything is).
-  Kind InForce() const { return options_.declared != Kind::kUnknown ? options_.declared : mode_; }
+  struct Process {
+    int whole_open = 0;           // its readers known to read whole tensors, with a file open
+    Kind mode = Kind::kUnknown;   // the kind whose value its files get
+    uint64_t slice_size = 0;      // bytes; 0 until known
+    uint64_t last_used = 0;
+  };
+
+  // The value of files of a process in state `p` (null: one not seen yet).
+  uint64_t ValueOf(const Process* p, bool shard) const;
+  const Process* Find(uint64_t process) const;
+  // Its state, made if new (and the least recently used past kProcesses
+  // dropped).
+  Process& Of(uint64_t process);
 
   const Options options_;
-  int whole_open_ = 0;  // readers known to read whole tensors, with a file open
-  Kind mode_ = Kind::kUnknown;  // the kind whose value is in force
-  uint64_t slice_size_ = 0;     // bytes; 0 until known
+  std::map<uint64_t, Process> processes_;
+  uint64_t clock_ = 0;
+  uint64_t declared_slice_size_ = 0;  // -o shard=R/N: the mount's slices; 0 until known
+  uint64_t resting_ = 0;              // Wanted()
 };
 
 }  // namespace tensorfs

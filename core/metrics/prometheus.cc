@@ -6,7 +6,9 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -176,13 +178,47 @@ StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Start(const Metric
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&storage), &len);
   const int bound_port = ntohs(v6 ? reinterpret_cast<sockaddr_in6*>(&storage)->sin6_port
                                   : reinterpret_cast<sockaddr_in*>(&storage)->sin_port);
+  return Serving(metrics, fd, bound_port, /*every_path=*/false, where);
+}
+
+StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::StartUnix(const Metrics& metrics,
+                                                                       const std::string& path) {
+  const std::string where = "the Unix socket " + path;
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof addr.sun_path) {
+    return InvalidArgumentError("cannot serve metrics on " + where + ": give a path of 1 to " +
+                                std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) {  // left by an earlier run
+    if (!S_ISSOCK(st.st_mode)) {
+      return InvalidArgumentError("cannot serve metrics on " + where + ": a file that is no socket is there");
+    }
+    ::unlink(path.c_str());
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return UnavailableError("cannot serve metrics on " + where + ": socket: " + ErrnoText(errno));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 16) != 0) {
+    int err = errno;
+    ::close(fd);
+    return UnavailableError("cannot serve metrics on " + where + ": " + ErrnoText(err) +
+                            "; choose another -o prometheus_socket");
+  }
+  return Serving(metrics, fd, 0, /*every_path=*/true, where);
+}
+
+StatusOr<std::unique_ptr<PrometheusServer>> PrometheusServer::Serving(const Metrics& metrics, int listen_fd,
+                                                                     int port, bool every_path,
+                                                                     const std::string& where) {
   int wake = ::eventfd(0, EFD_CLOEXEC);
   if (wake < 0) {
     int err = errno;
-    ::close(fd);
+    ::close(listen_fd);
     return UnavailableError("cannot serve metrics on " + where + ": eventfd: " + ErrnoText(err));
   }
-  std::unique_ptr<PrometheusServer> server(new PrometheusServer(metrics, fd, wake, bound_port));
+  std::unique_ptr<PrometheusServer> server(new PrometheusServer(metrics, listen_fd, wake, port, every_path));
   server->thread_ = std::thread([s = server.get()] { s->Serve(); });
   return server;
 }
@@ -239,7 +275,7 @@ void PrometheusServer::Answer(int fd) {
   if (method != "GET" && !head) {
     reply = Response("405 Method Not Allowed", "text/plain; charset=utf-8", "only GET is served\n", false,
                      "Allow: GET, HEAD\r\n");
-  } else if (path != "/metrics") {
+  } else if (path != "/metrics" && !every_path_) {
     reply = Response("404 Not Found", "text/plain; charset=utf-8", "not found: metrics are at /metrics\n", head);
   } else {
     reply = Response("200 OK", kPrometheusContentType, RenderPrometheusText(metrics_), head);

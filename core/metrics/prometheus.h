@@ -1,7 +1,9 @@
 // The mount's Metrics for Prometheus: RenderPrometheusText() writes them in the
 // text exposition format (version 0.0.4), and PrometheusServer answers
 // GET /metrics with it on -o prometheus_address (127.0.0.1 unless set, e.g. to
-// 0.0.0.0 for a scrape from outside a pod) and -o prometheus_port=N.
+// 0.0.0.0 for a scrape from outside a pod) and -o prometheus_port=N, or on the
+// Unix socket of -o prometheus_socket=PATH (GKE's CSI node plugin scrapes each
+// volume's metrics.sock so, asking for "/": there every path is the metrics).
 //
 // Families (every one is always present, zero until something happens):
 //   tensorfs_read_requests_total, tensorfs_served_bytes_total,
@@ -56,17 +58,22 @@ class PrometheusServer {
   // (another process has the port, no interface has the address).
   static StatusOr<std::unique_ptr<PrometheusServer>> Start(const Metrics& metrics, int port,
                                                            const std::string& address = "127.0.0.1");
+  // Listens on a Unix stream socket at `path`, replacing a socket left there
+  // (a file of another kind is an error), and serves `metrics` at every path.
+  static StatusOr<std::unique_ptr<PrometheusServer>> StartUnix(const Metrics& metrics, const std::string& path);
 
   PrometheusServer(const PrometheusServer&) = delete;
   PrometheusServer& operator=(const PrometheusServer&) = delete;
   // Stops accepting, finishes the reply in progress (at most 2 s), closes the socket.
   ~PrometheusServer();
 
-  int port() const { return port_; }
+  int port() const { return port_; }  // 0 on a Unix socket
 
  private:
-  PrometheusServer(const Metrics& metrics, int listen_fd, int wake_fd, int port)
-      : metrics_(metrics), listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port) {}
+  PrometheusServer(const Metrics& metrics, int listen_fd, int wake_fd, int port, bool every_path)
+      : metrics_(metrics), listen_fd_(listen_fd), wake_fd_(wake_fd), port_(port), every_path_(every_path) {}
+  static StatusOr<std::unique_ptr<PrometheusServer>> Serving(const Metrics& metrics, int listen_fd, int port,
+                                                             bool every_path, const std::string& where);
   void Serve();
   void Answer(int fd);
 
@@ -74,6 +81,7 @@ class PrometheusServer {
   const int listen_fd_;
   const int wake_fd_;  // an eventfd: written once to stop Serve()
   const int port_;
+  const bool every_path_;  // not only /metrics
   std::thread thread_;
 };
 

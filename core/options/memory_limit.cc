@@ -126,9 +126,21 @@ std::optional<MemoryLimit> FindCgroupMemoryLimit(const CgroupPaths& paths) {
 static_assert(kCgroupCacheFraction == 0.75, "the note below says 3/4");
 
 StatusOr<std::string> FitCacheToMemoryLimit(MountOptions& options, const std::optional<MemoryLimit>& limit) {
-  if (!limit || options.given.contains("cache_size")) return std::string();
+  if (!limit) return std::string();
   const uint64_t mib = 1ull << 20;
   const uint64_t usable = limit->bytes > kMountOverhead ? limit->bytes - kMountOverhead : 0;
+  if (options.given.contains("cache_size")) {
+    // A cache the limit cannot hold gets the process killed on a later read,
+    // taking the mount with it: refused now, saying what fits.
+    if (options.engine.cache_size <= usable) return std::string();
+    return InvalidArgumentError(
+        "cache_size=" + std::to_string(options.engine.cache_size / mib) + "M does not fit the memory limit of this "
+        "cgroup (" + std::to_string(limit->bytes / mib) + " MiB, " + limit->file + "): the cache and tensorfs's ~" +
+        std::to_string(kMountOverhead / mib) + " MiB of overhead must stay under it; set cache_size to at most " +
+        std::to_string(usable / mib) + "M (leave out cache_size for " +
+        std::to_string(static_cast<uint64_t>(static_cast<double>(usable) * kCgroupCacheFraction) / mib) +
+        "M, which leaves room for the page cache), or raise the container's memory limit");
+  }
   // Whole MiB, so that the value reads back as an option.
   const uint64_t derived = static_cast<uint64_t>(static_cast<double>(usable) * kCgroupCacheFraction) / mib * mib;
   if (derived >= options.engine.cache_size) return std::string();

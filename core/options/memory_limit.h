@@ -55,7 +55,9 @@ std::optional<MemoryLimit> FindCgroupMemoryLimit(const CgroupPaths& paths = {});
 // kCgroupCacheFraction x (limit - kMountOverhead) when that is less. Returns
 // an info line saying what was chosen and why ("" when nothing changed), or an
 // error when the limit leaves too little for a cache (the message says to
-// raise the limit or set cache_size).
+// raise the limit or set cache_size). A cache_size the user gave is kept if it
+// fits beside kMountOverhead under the limit, and refused otherwise (the
+// message says what fits): the kernel would kill the mount on a later read.
 StatusOr<std::string> FitCacheToMemoryLimit(MountOptions& options, const std::optional<MemoryLimit>& limit);
 
 }  // namespace tensorfs

@@ -67,122 +67,124 @@ Status ParseSize(std::string_view name, std::string_view value, uint64_t& out) {
   return OkStatus();
 }
 
+// A user or group id: a whole number below 2^32 - 1 (which means "none").
+Status ParseId(std::string_view name, std::string_view value, std::optional<uint32_t>& out) {
+  uint32_t id = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), id);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || id == UINT32_MAX) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) + ": expected a numeric id such as 1000");
+  }
+  out = id;
+  return OkStatus();
+}
+
+// Permission bits in octal, as chmod takes them: "644", "0755".
+Status ParseMode(std::string_view name, std::string_view value, uint32_t& out) {
+  uint32_t mode = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), mode, 8);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || mode > 0777) {
+    return InvalidArgumentError(std::string(name) + "=" + std::string(value) +
+                                ": expected permission bits in octal, from 0 to 777, such as 644");
+  }
+  out = mode;
+  return OkStatus();
+}
+
 Status SetFlag(bool& field, std::string_view value) {
   if (!value.empty()) return InvalidArgumentError("takes no value");
   field = true;
   return OkStatus();
 }
 
+// Grouped by topic, in the order of kAllOptionGroups; --help and the man page
+// list them in this order.
 const std::array kOptions = {
-    OptionSpec{"foreground", "", "stay in the foreground (also -f)",
-               [](MountOptions& o, std::string_view v) { return SetFlag(o.foreground, v); }},
-    OptionSpec{"debug", "", "print every FUSE request; implies foreground (also -d)",
-               [](MountOptions& o, std::string_view v) {
-                 o.foreground = true;
-                 return SetFlag(o.fuse_debug, v);
-               }},
-    OptionSpec{"allow_other", "", "let users other than the one mounting read the files",
-               [](MountOptions& o, std::string_view v) { return SetFlag(o.allow_other, v); }},
-    OptionSpec{"ro", "", "read-only (always; accepted for fstab)",
-               [](MountOptions&, std::string_view v) {
-                 return v.empty() ? OkStatus() : InvalidArgumentError("takes no value");
-               }},
-    OptionSpec{"max_threads", "N", "FUSE worker threads (default 16)",
-               [](MountOptions& o, std::string_view v) {
-                 double n = 0;
-                 RETURN_IF_ERROR(ParseNumber("max_threads", v, 1, 1024, n));
-                 o.max_threads = static_cast<int>(n);
+    // Source and credentials.
+    OptionSpec{.name = "endpoint", .value_name = "URL", .group = OptionGroup::kSource,
+               .help = "gs:// JSON API endpoint",
+               .default_value = "$STORAGE_EMULATOR_HOST, else GCS",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a URL");
+                 o.endpoint = std::string(v);
                  return OkStatus();
                }},
-    OptionSpec{"max_background", "N",
-               "FUSE reads the kernel keeps queued for tensorfs in the background (readahead) (default "
-               "4 per CPU, at least 32, at most 64)",
-               [](MountOptions& o, std::string_view v) {
-                 double n = 0;
-                 RETURN_IF_ERROR(ParseNumber("max_background", v, 1, 65535, n));
-                 o.max_background = static_cast<int>(n);
+    OptionSpec{.name = "key_file", .value_name = "PATH", .group = OptionGroup::kSource,
+               .help = "gs:// service-account or authorized_user JSON key",
+               .default_value = "ADC",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.key_file = std::string(v);
                  return OkStatus();
                }},
-    OptionSpec{"congestion_threshold", "N",
-               "queued background reads at which the kernel holds back readahead (default 3/4 of "
-               "max_background)",
-               [](MountOptions& o, std::string_view v) {
-                 double n = 0;
-                 RETURN_IF_ERROR(ParseNumber("congestion_threshold", v, 1, 65535, n));
-                 o.congestion_threshold = static_cast<int>(n);
+    OptionSpec{.name = "anonymous", .group = OptionGroup::kSource,
+               .help = "gs:// without credentials (public buckets)",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.anonymous, v); }},
+    OptionSpec{.name = "ca_file", .value_name = "PATH", .group = OptionGroup::kSource,
+               .help = "PEM CA certificates to verify https with",
+               .default_value = "the system's",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path to a PEM file of CA certificates");
+                 o.ca_file = std::string(v);
                  return OkStatus();
                }},
-    OptionSpec{"metadata_ttl", "SECONDS",
-               "how long what the mount knows of a directory (its objects, their versions) is trusted: "
-               "after it, a lookup, ls or open lists the directory again (at most once per TTL), so new "
-               "objects appear, deleted ones go and a replaced object's new version reaches new opens; 0: "
-               "check at every lookup and open; inf: list each directory once, never look again (default 60)",
-               [](MountOptions& o, std::string_view v) { return ParseSeconds("metadata_ttl", v, o.metadata_ttl_s); }},
-    OptionSpec{"negative_ttl", "SECONDS",
-               "how soon a name looked up and not found is looked for again (at most metadata_ttl; no effect "
-               "with metadata_ttl=inf) (default 5)",
-               [](MountOptions& o, std::string_view v) { return ParseSeconds("negative_ttl", v, o.negative_ttl_s); }},
-    OptionSpec{"attr_timeout", "SECONDS",
-               "how long the kernel caches attributes (default: metadata_ttl, or 3600 with metadata_ttl=inf)",
-               [](MountOptions& o, std::string_view v) {
-                 return ParseNumber("attr_timeout", v, 0, 1e9, o.attr_timeout_s);
+    OptionSpec{.name = "retry_deadline", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "retry a read's transient errors this long, then EIO",
+               .default_value = "120",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
                }},
-    OptionSpec{"entry_timeout", "SECONDS",
-               "how long the kernel caches names (default: metadata_ttl, or 3600 with metadata_ttl=inf)",
-               [](MountOptions& o, std::string_view v) {
-                 return ParseNumber("entry_timeout", v, 0, 1e9, o.entry_timeout_s);
+    OptionSpec{.name = "stall_timeout", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "retry a response that delivers no byte this long",
+               .default_value = "30",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
                }},
-    OptionSpec{"layer_regex", "REGEX",
-               "group tensors into layers by this ECMAScript regex; its first capture group (or the "
-               "whole match) names the layer (default: built-in rules for Llama, GPT-2, T5 and alike)",
-               [](MountOptions& o, std::string_view v) {
-                 if (v.empty()) return InvalidArgumentError("needs a regular expression");
-                 RETURN_IF_ERROR(CheckLayerRegex(v));
-                 try {
-                   std::regex re{std::string(v)};
-                 } catch (const std::regex_error& e) {
-                   return InvalidArgumentError("layer_regex '" + std::string(v) +
-                                               "' is not a valid regular expression: " + e.what());
-                 }
-                 o.layer_regex = std::string(v);
-                 return OkStatus();
+
+    // Cache and fetching.
+    OptionSpec{.name = "metadata_ttl", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "list a directory again after this long: new objects appear, replaced ones reach new "
+                       "opens (0: at every lookup and open; inf: never)",
+               .default_value = "60",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSeconds("metadata_ttl", v, o.metadata_ttl_s);
                }},
-    OptionSpec{"views", "LIST",
-               "virtual views shown in each checkpoint directory: all, none, or names joined by ':' from "
-               "tensors, splitted_model, splitted_model.4bit, splitted_model.8bit, bnb-nf4, bnb-int8, bf16, "
-               "f16 (default all)",
-               [](MountOptions& o, std::string_view v) {
-                 ASSIGN_OR_RETURN(o.views, ParseViewList(v));
-                 return OkStatus();
+    OptionSpec{.name = "negative_ttl", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "look for a name not found again after this long (at most metadata_ttl)",
+               .default_value = "5",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSeconds("negative_ttl", v, o.negative_ttl_s);
                }},
-    OptionSpec{"cache_size", "SIZE",
-               "memory for cached chunks, e.g. 4G; the whole mount stays within it plus ~128 MiB "
-               "(default 2G, or in a cgroup with a memory limit 3/4 of (limit - 128 MiB) when that is less)",
-               [](MountOptions& o, std::string_view v) { return ParseSize("cache_size", v, o.engine.cache_size); }},
-    OptionSpec{"chunk_size", "SIZE",
-               "largest range request; small tensors are fetched together up to it, larger ones in "
-               "parallel pieces (default 8M)",
-               [](MountOptions& o, std::string_view v) { return ParseSize("chunk_size", v, o.engine.chunk_size); }},
-    OptionSpec{"max_fetches", "N",
-               "range requests in flight at once (default 32; over a local directory, reads of its files: 2 per "
-               "CPU, at least 4, at most 32)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "cache_size", .value_name = "SIZE", .group = OptionGroup::kCache,
+               .help = "memory for cached chunks",
+               .default_value = "2G; less under a cgroup limit",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSize("cache_size", v, o.engine.cache_size);
+               }},
+    OptionSpec{.name = "chunk_size", .value_name = "SIZE", .group = OptionGroup::kCache,
+               .help = "largest range request",
+               .default_value = "8M",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSize("chunk_size", v, o.engine.chunk_size);
+               }},
+    OptionSpec{.name = "max_fetches", .value_name = "N", .group = OptionGroup::kCache,
+               .help = "range requests in flight",
+               .default_value = "32; local dir: 2/CPU, 4-32",
+               .apply = [](MountOptions& o, std::string_view v) {
                  double n = 0;
                  RETURN_IF_ERROR(ParseNumber("max_fetches", v, 1, 1024, n));
                  o.engine.max_fetches = static_cast<int>(n);
                  return OkStatus();
                }},
-    OptionSpec{"prefetch_window", "SIZE",
-               "how far ahead of a sequential reader to fetch, in storage order (default 256M)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "prefetch_window", .value_name = "SIZE", .group = OptionGroup::kCache,
+               .help = "prefetch distance of a sequential reader",
+               .default_value = "256M; local: less",
+               .apply = [](MountOptions& o, std::string_view v) {
                  return ParseSize("prefetch_window", v, o.engine.prefetch_window);
                }},
-    OptionSpec{"shard", "R/N",
-               "this host reads dim-0 slice R of N of every tensor (rows [R*n/N, (R+1)*n/N)): prefetch only "
-               "those, in storage order, from the first read on; shard=0/1: this host reads every tensor whole, "
-               "so every reader is served as a whole-tensor reader from its first read (default: learn it from "
-               "the reads)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "shard", .value_name = "R/N", .group = OptionGroup::kCache,
+               .help = "this host reads dim-0 slice R of N of every tensor",
+               .default_value = "learned",
+               .apply = [](MountOptions& o, std::string_view v) {
                  const size_t slash = v.find('/');
                  double rank = 0, world = 0;
                  if (slash == std::string_view::npos) {
@@ -198,18 +200,140 @@ const std::array kOptions = {
                  o.engine.shard_world = static_cast<uint64_t>(world);
                  return OkStatus();
                }},
-    OptionSpec{"read_ahead", "SIZE",
-               "kernel readahead of every file of the mount (its bdi read_ahead_kb), fixed: more keeps more "
-               "1 MiB reads of a sequential read() in flight, but an mmap fault then reads that much around "
-               "it, which costs readers of a slice of each tensor (default: set by what the readers do, see "
-               "README)",
-               [](MountOptions& o, std::string_view v) {
+
+    // Views.
+    OptionSpec{.name = "views", .value_name = "LIST", .group = OptionGroup::kViews,
+               .help = "views shown: all, none, or names joined by ':'",
+               .default_value = "all",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 ASSIGN_OR_RETURN(o.views, ParseViewList(v));
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "layer_regex", .value_name = "REGEX", .group = OptionGroup::kViews,
+               .help = "group tensors into layers by this regex",
+               .default_value = "built-in rules",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a regular expression");
+                 RETURN_IF_ERROR(CheckLayerRegex(v));
+                 try {
+                   std::regex re{std::string(v)};
+                 } catch (const std::regex_error& e) {
+                   return InvalidArgumentError("layer_regex '" + std::string(v) +
+                                               "' is not a valid regular expression: " + e.what());
+                 }
+                 o.layer_regex = std::string(v);
+                 return OkStatus();
+               }},
+
+    // Kernel and FUSE.
+    OptionSpec{.name = "allow_other", .group = OptionGroup::kKernel,
+               .help = "let users other than the one mounting read the files",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.allow_other, v); }},
+    OptionSpec{.name = "ro", .group = OptionGroup::kKernel,
+               .help = "read-only: always so; accepted for fstab lines",
+               .apply = [](MountOptions&, std::string_view v) {
+                 return v.empty() ? OkStatus() : InvalidArgumentError("takes no value");
+               }},
+    OptionSpec{.name = "uid", .value_name = "UID", .group = OptionGroup::kKernel,
+               .help = "the owner every file and directory reports (numeric)",
+               .default_value = "the user tensorfs runs as",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseId("uid", v, o.uid); }},
+    OptionSpec{.name = "gid", .value_name = "GID", .group = OptionGroup::kKernel,
+               .help = "the group every file and directory reports (numeric)",
+               .default_value = "the group tensorfs runs as",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseId("gid", v, o.gid); }},
+    OptionSpec{.name = "file_mode", .value_name = "MODE", .group = OptionGroup::kKernel,
+               .help = "the permission bits files report, in octal",
+               .default_value = "444",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseMode("file_mode", v, o.file_mode); }},
+    OptionSpec{.name = "dir_mode", .value_name = "MODE", .group = OptionGroup::kKernel,
+               .help = "the permission bits directories report, in octal",
+               .default_value = "555",
+               .apply = [](MountOptions& o, std::string_view v) { return ParseMode("dir_mode", v, o.dir_mode); }},
+    OptionSpec{.name = "debug", .alias = "-d", .group = OptionGroup::kKernel,
+               .help = "print every FUSE request; implies --foreground",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 o.foreground = true;
+                 return SetFlag(o.fuse_debug, v);
+               }},
+    OptionSpec{.name = "max_threads", .value_name = "N", .group = OptionGroup::kKernel,
+               .help = "FUSE worker threads",
+               .default_value = "16",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("max_threads", v, 1, 1024, n));
+                 o.max_threads = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "max_background", .value_name = "N", .group = OptionGroup::kKernel,
+               .help = "readahead requests the kernel queues",
+               .default_value = "4/CPU, 32 to 64",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("max_background", v, 1, 65535, n));
+                 o.max_background = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "congestion_threshold", .value_name = "N", .group = OptionGroup::kKernel,
+               .help = "queue length that holds readahead back",
+               .default_value = "3/4 max_background",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 double n = 0;
+                 RETURN_IF_ERROR(ParseNumber("congestion_threshold", v, 1, 65535, n));
+                 o.congestion_threshold = static_cast<int>(n);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "attr_timeout", .value_name = "SECONDS", .group = OptionGroup::kKernel,
+               .help = "how long the kernel caches attributes",
+               .default_value = "metadata_ttl, 3600 if inf",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("attr_timeout", v, 0, 1e9, o.attr_timeout_s);
+               }},
+    OptionSpec{.name = "entry_timeout", .value_name = "SECONDS", .group = OptionGroup::kKernel,
+               .help = "how long the kernel caches names",
+               .default_value = "metadata_ttl, 3600 if inf",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("entry_timeout", v, 0, 1e9, o.entry_timeout_s);
+               }},
+    OptionSpec{.name = "read_ahead", .value_name = "SIZE", .group = OptionGroup::kKernel,
+               .help = "kernel readahead of every file, fixed",
+               .default_value = "set by the readers",
+               .apply = [](MountOptions& o, std::string_view v) {
                  RETURN_IF_ERROR(ParseSize("read_ahead", v, o.read_ahead));
                  if (o.read_ahead > (1ull << 30)) return InvalidArgumentError("read_ahead must be at most 1G");
                  return OkStatus();
                }},
-    OptionSpec{"log_level", "LEVEL", "trace, debug, info, warn, error or off (default info)",
-               [](MountOptions& o, std::string_view v) {
+
+    // Start-up.
+    OptionSpec{.name = "foreground", .alias = "-f", .group = OptionGroup::kStartup,
+               .help = "stay in the foreground until unmounted",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.foreground, v); }},
+    OptionSpec{.name = "startup_deadline", .value_name = "SECONDS", .group = OptionGroup::kStartup,
+               .help = "keep trying to reach the source this long, then exit 1",
+               .default_value = "60",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseNumber("startup_deadline", v, 1, 3600, o.startup_deadline_s);
+               }},
+    OptionSpec{.name = "ready_file", .value_name = "PATH", .group = OptionGroup::kStartup,
+               .help = "write PATH once the mount serves the source",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.ready_file = std::string(v);
+                 return OkStatus();
+               }},
+    OptionSpec{.name = "error_file", .value_name = "PATH", .group = OptionGroup::kStartup,
+               .help = "write the reason start-up failed to PATH too",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs a path");
+                 o.error_file = std::string(v);
+                 return OkStatus();
+               }},
+
+    // Logging and metrics.
+    OptionSpec{.name = "log_level", .value_name = "LEVEL", .group = OptionGroup::kLogging,
+               .help = "trace, debug, info, warn, error or off",
+               .default_value = "info",
+               .apply = [](MountOptions& o, std::string_view v) {
                  for (std::string_view level : {"trace", "debug", "info", "warn", "error", "off"}) {
                    if (v == level) {
                      o.log_level = std::string(v);
@@ -219,89 +343,52 @@ const std::array kOptions = {
                  return InvalidArgumentError("log_level=" + std::string(v) +
                                              ": use trace, debug, info, warn, error or off");
                }},
-    OptionSpec{"prometheus_port", "PORT",
-               "serve the mount's metrics in the Prometheus text format at "
-               "http://127.0.0.1:PORT/metrics (default: off)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "prometheus_port", .value_name = "PORT", .group = OptionGroup::kLogging,
+               .help = "serve Prometheus metrics on this port",
+               .default_value = "off",
+               .apply = [](MountOptions& o, std::string_view v) {
                  double port = 0;
                  RETURN_IF_ERROR(ParseNumber("prometheus_port", v, 1, 65535, port));
                  if (port != static_cast<int>(port)) return InvalidArgumentError("a port is a whole number");
                  o.prometheus_port = static_cast<int>(port);
                  return OkStatus();
                }},
-    OptionSpec{"prometheus_address", "ADDRESS",
-               "the IP address the metrics of prometheus_port listen on: 0.0.0.0 or :: for every interface, "
-               "e.g. for a scrape from outside a pod (default 127.0.0.1)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "prometheus_address", .value_name = "ADDRESS", .group = OptionGroup::kLogging,
+               .help = "address the metrics listen on, 0.0.0.0 for all",
+               .default_value = "127.0.0.1",
+               .apply = [](MountOptions& o, std::string_view v) {
                  const std::string address(v);
                  in6_addr buf;
-                 if (::inet_pton(AF_INET, address.c_str(), &buf) != 1 && ::inet_pton(AF_INET6, address.c_str(), &buf) != 1) {
+                 if (::inet_pton(AF_INET, address.c_str(), &buf) != 1 &&
+                     ::inet_pton(AF_INET6, address.c_str(), &buf) != 1) {
                    return InvalidArgumentError("prometheus_address=" + address +
                                                ": give an IPv4 or IPv6 address such as 127.0.0.1, 0.0.0.0 or ::");
                  }
                  o.prometheus_address = address;
                  return OkStatus();
                }},
-    OptionSpec{"endpoint", "URL",
-               "gs:// only: the JSON API endpoint, e.g. http://127.0.0.1:4443 (default: "
-               "$STORAGE_EMULATOR_HOST if set, else https://storage.googleapis.com)",
-               [](MountOptions& o, std::string_view v) {
-                 if (v.empty()) return InvalidArgumentError("needs a URL");
-                 o.endpoint = std::string(v);
-                 return OkStatus();
-               }},
-    OptionSpec{"key_file", "PATH",
-               "gs:// only: a service-account (or authorized_user) JSON key; default: Application "
-               "Default Credentials (GOOGLE_APPLICATION_CREDENTIALS, gcloud, the metadata server)",
-               [](MountOptions& o, std::string_view v) {
+    OptionSpec{.name = "prometheus_socket", .value_name = "PATH", .group = OptionGroup::kLogging,
+               .help = "also serve the metrics on a Unix socket, at every path",
+               .apply = [](MountOptions& o, std::string_view v) {
                  if (v.empty()) return InvalidArgumentError("needs a path");
-                 o.key_file = std::string(v);
-                 return OkStatus();
-               }},
-    OptionSpec{"anonymous", "", "gs:// only: send no credentials (public buckets)",
-               [](MountOptions& o, std::string_view v) { return SetFlag(o.anonymous, v); }},
-    OptionSpec{"retry_deadline", "SECONDS",
-               "gs:// only: how long a request retries transient errors before the read fails with "
-               "EIO (default 120)",
-               [](MountOptions& o, std::string_view v) {
-                 return ParseNumber("retry_deadline", v, 1, 86400, o.retry_deadline_s);
-               }},
-    OptionSpec{"startup_deadline", "SECONDS",
-               "how long start-up keeps retrying to reach the source before it gives up with exit status 1 "
-               "(default 60: shorter than systemd's start and mount timeouts, so the reason reaches the journal)",
-               [](MountOptions& o, std::string_view v) {
-                 return ParseNumber("startup_deadline", v, 1, 3600, o.startup_deadline_s);
-               }},
-    OptionSpec{"ready_file", "PATH",
-               "write PATH once the source has been reached and the mount serves it (for a startup probe)",
-               [](MountOptions& o, std::string_view v) {
-                 if (v.empty()) return InvalidArgumentError("needs a path");
-                 o.ready_file = std::string(v);
-                 return OkStatus();
-               }},
-    OptionSpec{"error_file", "PATH", "if start-up fails, write the reason to PATH as well as to stderr",
-               [](MountOptions& o, std::string_view v) {
-                 if (v.empty()) return InvalidArgumentError("needs a path");
-                 o.error_file = std::string(v);
-                 return OkStatus();
-               }},
-    OptionSpec{"stall_timeout", "SECONDS",
-               "gs:// only: abandon (and retry) a response that delivers no bytes for this long "
-               "(default 30)",
-               [](MountOptions& o, std::string_view v) {
-                 return ParseNumber("stall_timeout", v, 1, 3600, o.stall_timeout_s);
-               }},
-    OptionSpec{"ca_file", "PATH",
-               "gs:// only: verify the https endpoint's certificate against this PEM CA bundle instead "
-               "of the system's CA certificates (private endpoints, test servers)",
-               [](MountOptions& o, std::string_view v) {
-                 if (v.empty()) return InvalidArgumentError("needs a path to a PEM file of CA certificates");
-                 o.ca_file = std::string(v);
+                 o.prometheus_socket = std::string(v);
                  return OkStatus();
                }},
 };
 
 }  // namespace
+
+std::string_view OptionGroupTitle(OptionGroup group) {
+  switch (group) {
+    case OptionGroup::kSource: return "Source and credentials";
+    case OptionGroup::kCache: return "Cache and fetching";
+    case OptionGroup::kViews: return "Views";
+    case OptionGroup::kKernel: return "Kernel and FUSE";
+    case OptionGroup::kStartup: return "Start-up";
+    case OptionGroup::kLogging: return "Logging and metrics";
+  }
+  return "Other";
+}
 
 std::span<const OptionSpec> AllMountOptions() { return kOptions; }
 

@@ -1,7 +1,8 @@
 // MountOptions: every option tensorfs takes, defined once.
 //
-// The same table feeds `-o name=value` (fstab style), `--name value` flags and
-// `--help`, so an option cannot exist in one form and not the other. Options
+// The same table feeds `-o name=value` (fstab style), `--name value` flags,
+// `--help` and the tensorfs(8) man page, so an option cannot exist in one form
+// and not the other. Options
 // are parsed into one MountOptions, validated once at start-up, and handed down
 // by const&; nothing reads options from globals.
 //
@@ -37,6 +38,12 @@ struct MountOptions {
   // FuseQueueLimits).
   int max_background = 0;
   int congestion_threshold = 0;
+  // What the mount reports as every node's owner and permission bits (the
+  // kernel checks them: default_permissions). nullopt: the user tensorfs runs as.
+  std::optional<uint32_t> uid;
+  std::optional<uint32_t> gid;
+  uint32_t file_mode = 0444;
+  uint32_t dir_mode = 0555;
   // Freshness (docs/FRESHNESS.md): a directory's listing is taken again once
   // it is older than metadata_ttl (infinity: listed once, nothing looked at
   // again); a name looked up and not found is looked for again after
@@ -62,6 +69,7 @@ struct MountOptions {
   std::string error_file;  // a start-up failure's reason is written here too ("" = none)
   int prometheus_port = 0;  // serve GET /metrics on prometheus_address:port; 0: off
   std::string prometheus_address = "127.0.0.1";  // IPv4 or IPv6 literal the metrics listen on
+  std::string prometheus_socket;  // also (or instead) serve them on this Unix socket ("" = none)
 
   // gs:// sources only.
   std::string endpoint;          // explicit JSON API endpoint (else STORAGE_EMULATOR_HOST, else GCS)
@@ -72,11 +80,33 @@ struct MountOptions {
   std::string ca_file;            // PEM CA bundle that https endpoints are verified against ("" = system CAs)
 };
 
+// The topics options are grouped under, in this order, in --help, the man page
+// and docs/CONFIGURATION.md.
+enum class OptionGroup {
+  kSource,   // where the bytes come from, credentials, how requests retry
+  kCache,    // the chunk cache and what is fetched ahead
+  kViews,    // the virtual views and the layer grouping
+  kKernel,   // the FUSE session and the kernel's caches
+  kStartup,  // foreground or background, readiness, start-up failures
+  kLogging,  // log level and metrics
+};
+inline constexpr OptionGroup kAllOptionGroups[] = {OptionGroup::kSource, OptionGroup::kCache,  OptionGroup::kViews,
+                                                   OptionGroup::kKernel, OptionGroup::kStartup, OptionGroup::kLogging};
+// "Source and credentials", "Cache and fetching", ...: a heading.
+std::string_view OptionGroupTitle(OptionGroup group);
+
 // One row of the option table.
 struct OptionSpec {
   std::string_view name;        // "-o name" and "--name" (with '_' spelled '-')
+  std::string_view alias;       // a short flag ("-f"), or ""
   std::string_view value_name;  // "" for a flag that takes no value
-  std::string_view help;        // one line, with the default
+  OptionGroup group;
+  // What it does, in a few words that fit one --help line beside the default;
+  // docs/CONFIGURATION.md has the details.
+  std::string_view help;
+  // The default, as --help and the man page show it ("8M", "learned from the
+  // reads"); "" where there is none to show (a flag is off unless given).
+  std::string_view default_value;
   Status (*apply)(MountOptions& options, std::string_view value);
 };
 
@@ -112,13 +142,13 @@ Status ValidateMountOptions(MountOptions& options);
 // metadata_ttl is infinite (nothing is looked for again).
 double NegativeEntryTimeout(const MountOptions& options);
 
-// The default max_background for a machine with `cpus` CPUs (see README,
-// "Readahead": chosen by measurement, scaled to the CPUs).
+// The default max_background for a machine with `cpus` CPUs (chosen by
+// measurement, scaled to the CPUs: docs/design/readahead.md).
 int DefaultMaxBackground(unsigned cpus);
-// The default max_fetches over a local directory (see README, "Options").
+// The default max_fetches over a local directory (docs/CONFIGURATION.md).
 int DefaultLocalFetches(unsigned cpus);
 // The default prefetch_window over a local directory: 2 x max_fetches x
-// chunk_size, at most the engine's default (see README, "Options").
+// chunk_size, at most the engine's default (docs/CONFIGURATION.md).
 uint64_t DefaultLocalPrefetchWindow(const EngineOptions& engine);
 // The CPUs this process may run on (its affinity mask, as a container's
 // cpuset limits it), at least 1.

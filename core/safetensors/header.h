@@ -50,7 +50,7 @@ namespace tensorfs {
 inline constexpr uint64_t kHeaderLengthBytes = 8;
 // Largest header the format allows (the reference's MAX_HEADER_SIZE).
 inline constexpr uint64_t kMaxHeaderLength = 100'000'000;
-// Limits on what a header may hold (README, "Limits"). Real checkpoints hold a
+// Limits on what a header may hold (docs/VIEWS.md, "Limits"). Real checkpoints hold a
 // few thousand tensors per file, shapes of at most a handful of dimensions and
 // a few bytes of metadata; these are far above that.
 inline constexpr size_t kMaxTensorsPerHeader = 1'000'000;

@@ -1,6 +1,7 @@
 #include "core/util/logging.h"
 
 #include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <utility>
 
 namespace tensorfs {
 namespace {
@@ -28,6 +30,41 @@ class SyslogPriorityFlag : public spdlog::custom_flag_formatter {
   }
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<SyslogPriorityFlag>(); }
 };
+
+// Errors to one sink, everything else to the other (a spdlog sink has only a
+// lower bound). Thread-safe as its two sinks are.
+class SplitSink : public spdlog::sinks::sink {
+ public:
+  SplitSink(spdlog::sink_ptr below_error, spdlog::sink_ptr errors)
+      : below_error_(std::move(below_error)), errors_(std::move(errors)) {}
+  void log(const spdlog::details::log_msg& msg) override {
+    (msg.level >= spdlog::level::err ? errors_ : below_error_)->log(msg);
+  }
+  void flush() override {
+    below_error_->flush();
+    errors_->flush();
+  }
+  void set_pattern(const std::string& pattern) override {
+    below_error_->set_pattern(pattern);
+    errors_->set_pattern(pattern);
+  }
+  void set_formatter(std::unique_ptr<spdlog::formatter> formatter) override {
+    below_error_->set_formatter(formatter->clone());
+    errors_->set_formatter(std::move(formatter));
+  }
+
+ private:
+  const spdlog::sink_ptr below_error_;
+  const spdlog::sink_ptr errors_;
+};
+
+void InstallLogger(std::shared_ptr<spdlog::logger> logger, std::string_view level) {
+  auto formatter = std::make_unique<spdlog::pattern_formatter>();
+  formatter->add_flag<SyslogPriorityFlag>('*').set_pattern(LogPatternFor(DetectLogDestination()));
+  logger->set_formatter(std::move(formatter));
+  spdlog::set_default_logger(logger);
+  spdlog::set_level(spdlog::level::from_str(std::string(level)));
+}
 
 }  // namespace
 
@@ -68,13 +105,12 @@ std::string_view SyslogPriorityPrefix(std::string_view level) {
   return "<7>";  // debug, trace
 }
 
-void SetUpLogging(std::string_view level) {
-  auto logger = spdlog::stderr_color_mt("tensorfs");
-  auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<SyslogPriorityFlag>('*').set_pattern(LogPatternFor(DetectLogDestination()));
-  logger->set_formatter(std::move(formatter));
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::from_str(std::string(level)));
+void SetUpLogging(std::string_view level) { InstallLogger(spdlog::stderr_color_mt("tensorfs"), level); }
+
+void SetUpSplitLogging(std::string_view level) {
+  auto sink = std::make_shared<SplitSink>(std::make_shared<spdlog::sinks::stdout_color_sink_mt>(),
+                                          std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  InstallLogger(std::make_shared<spdlog::logger>("tensorfs", std::move(sink)), level);
 }
 
 }  // namespace tensorfs

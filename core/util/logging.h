@@ -43,6 +43,10 @@ std::string_view SyslogPriorityPrefix(std::string_view spdlog_level_name);
 // debug, info, warn, error or off).
 void SetUpLogging(std::string_view level);
 
+// The same logger for a container's log collector, which tells errors by
+// their stream: lines below error go to stdout, errors to stderr.
+void SetUpSplitLogging(std::string_view level);
+
 }  // namespace tensorfs
 
 #endif  // TENSORFS_CORE_UTIL_LOGGING_H_

@@ -483,7 +483,7 @@ void Namespace::Forget(std::span<const Forgotten> forgotten) {
   for (const ObjectId& object : changes.freed) engine_.ForgetObject(object);
 }
 
-Status Namespace::Open(NodeId id) {
+Status Namespace::Open(NodeId id, ReaderId reader) {
   std::string object;
   NodeId listing_dir;
   {
@@ -514,7 +514,7 @@ Status Namespace::Open(NodeId id) {
     RETURN_IF_ERROR(listed);
   }
   // Before the open is answered: the kernel sets the file's readahead then.
-  if (!object.empty()) engine_.Opening(object);
+  if (!object.empty()) engine_.Opening(object, reader);
   return OkStatus();
 }
 

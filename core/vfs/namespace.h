@@ -182,8 +182,9 @@ class Namespace {
   // Checks that `node` is a file that can be opened for reading and still
   // shows the source as it is (within the metadata TTL): kStale when it has
   // left its directory's listing. Gives an object's file its readahead
-  // (ReadEngine::Opening) before it returns.
-  Status Open(NodeId node) EXCLUDES(mu_);
+  // (ReadEngine::Opening: the one the process opening it, `reader`'s, gets)
+  // before it returns.
+  Status Open(NodeId node, ReaderId reader = {}) EXCLUDES(mu_);
   // Reads up to `size` bytes at `offset` (fewer at the end of the file, none past
   // it). `done` is called exactly once, on any thread, maybe before Read returns.
   // `reader` is the open file the read is for (see ReaderId). The version the

@@ -7,7 +7,7 @@
 // computed, and reading layer i's slice of a stacked tensor reads exactly
 // that layer's source tensor.
 //
-// The rules (README "@stacked" says the same for users):
+// The rules (docs/VIEWS.md, "@stacked", says the same for users):
 //  - Layers come from the layer grouping (layers.h): a tensor of a block group
 //    whose name is <stack><i>.<rest> (stack "model.layers.", i decimal) is
 //    member i of the family <stack><rest>. Any other tensor (embeddings, final

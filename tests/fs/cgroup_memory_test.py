@@ -1,18 +1,26 @@
 #!/usr/bin/python3
-"""tensorfs in a container with a memory limit and no cache_size: the default
-cache follows the cgroup's limit, so reading a whole checkpoint larger than the
-limit (every file's sha256, then every tensor in random order through mmap)
-keeps the process under it (no OOM kill), with every byte right. With
-cache_size=2G given instead, the random-order pass gets tensorfs OOM-killed.
+"""tensorfs in a container with a memory limit:
+  - without cache_size, the default cache follows the cgroup's limit, so
+    reading a whole checkpoint larger than the limit (every file's sha256,
+    then every tensor in random order through mmap) keeps the process alive
+    (no OOM kill), with every byte right;
+  - the negative control: cache_size=2G given in the same cgroup is refused at
+    start (exit status 2, saying what fits), as README says, instead of
+    getting the mount OOM-killed on a later read.
 
-The limit is set as a pod's would be: `systemd-run --scope -p MemoryMax=` where
-systemd manages the machine; otherwise a cgroup made directly, v2 (memory.max,
-under the root) or, where the memory controller is still on cgroup v1,
+The limit is set on a cgroup made for the test: v2 (memory.max, under the
+root) or, where the memory controller is still on cgroup v1,
 memory.limit_in_bytes (with memory.memsw.limit_in_bytes, so swap cannot hide
 an overrun). The peak is the cgroup's own record (memory.peak or
-memory.max_usage_in_bytes), and the OOM kills its count.
+memory.max_usage_in_bytes), printed; the OOM kills are counted.
 
-  TENSORFS_BINARY=... TENSORFS_TESTDATA=... tests/fs/cgroup_memory_test.py
+A machine without a memory cgroup fails the test (it never skips). What the
+test changes is undone at its end, and by `--cleanup` (a ctest cleanup
+fixture that runs even when the test was killed): the cgroups it made
+(tensorfs_test.*) and, on cgroup v2, the memory controller it enabled in the
+root's cgroup.subtree_control.
+
+  TENSORFS_BINARY=... TENSORFS_TESTDATA=... tests/fs/cgroup_memory_test.py [--cleanup]
 
 Every wait has a 60 s limit that only catches hangs.
 """
@@ -27,12 +35,18 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "..", "support")
+sys.path.insert(0, SUPPORT)
+from daemon_check import check_end, run_tests  # noqa: E402
+
 TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
 HANG_GUARD_S = 60
 MIB = 1 << 20
 LIMIT = 256 * MIB
 CHECKPOINT_MIB = 320  # more than the limit: a cache that ignored it would be killed
+CGROUP_PREFIX = "tensorfs_test."
+# Present while the memory controller is enabled in the v2 root by this test.
+ENABLED_MARKER = "/run/tensorfs-test-enabled-memory-controller"
 
 
 def mountinfo():
@@ -43,22 +57,14 @@ def mountinfo():
 
 
 class Cgroup:
-    """A fresh memory cgroup limited to LIMIT (or, with adopt_pid, the one
-    systemd-run made for that process), with its peak and OOM kills."""
+    """A fresh memory cgroup limited to LIMIT, with its peak and OOM kills."""
 
-    def __init__(self, adopt_pid=None):
+    def __init__(self):
         self.kind = None
         self.path = None
-        self.owned = adopt_pid is None
-        if adopt_pid is not None:  # the cgroup systemd-run made for this process
-            v2_root = next(h[4] for h, t in mountinfo() if t[0] == "cgroup2")
-            with open("/proc/%d/cgroup" % adopt_pid) as f:
-                own = next(l.split(":", 2)[2].strip() for l in f if l.startswith("0::"))
-            self.path, self.kind = v2_root + own, "v2"
-            return
         v1_root = next((h[4] for h, t in mountinfo() if t[0] == "cgroup" and "memory" in t[2].split(",")), None)
         v2_root = next((h[4] for h, t in mountinfo() if t[0] == "cgroup2"), None)
-        name = "tensorfs_test.%d" % os.getpid()
+        name = CGROUP_PREFIX + "%d" % os.getpid()
         if v1_root is not None:
             with open("/proc/self/cgroup") as f:
                 own = next(l.split(":", 2)[2].strip() for l in f if ":memory:" in l)
@@ -71,16 +77,20 @@ class Cgroup:
         elif v2_root is not None:
             with open(os.path.join(v2_root, "cgroup.controllers")) as f:
                 if "memory" not in f.read().split():
-                    raise unittest.SkipTest("cgroup v2 without the memory controller")
-            with open(os.path.join(v2_root, "cgroup.subtree_control"), "w") as f:
-                f.write("+memory")
+                    raise AssertionError("cgroup v2 without the memory controller: this test needs one")
+            with open(os.path.join(v2_root, "cgroup.subtree_control")) as f:
+                enabled = "memory" in f.read().split()
+            if not enabled:
+                open(ENABLED_MARKER, "w").close()  # undone by remove(), or by --cleanup
+                with open(os.path.join(v2_root, "cgroup.subtree_control"), "w") as f:
+                    f.write("+memory")
             self.path = os.path.join(v2_root, name)
             os.mkdir(self.path)
             self.kind = "v2"
             self.write("memory.max", LIMIT)
             self.write("memory.swap.max", 0)
         else:
-            raise unittest.SkipTest("no memory cgroup on this machine")
+            raise AssertionError("no memory cgroup on this machine: this test needs one")
 
     def write(self, name, value):
         with open(os.path.join(self.path, name), "w") as f:
@@ -102,20 +112,49 @@ class Cgroup:
         return 0
 
     def remove(self):
-        if self.path is None or not self.owned:
+        if self.path is None:
             return
         deadline = time.monotonic() + HANG_GUARD_S
         while time.monotonic() < deadline:
             try:
                 os.rmdir(self.path)
-                return
+                break
             except OSError:
                 time.sleep(0.1)  # its last process is still exiting
+        restore_root_controllers()
 
 
-def systemd_run_works():
-    r = subprocess.run(["systemd-run", "--scope", "--quiet", "true"], capture_output=True, timeout=HANG_GUARD_S)
-    return r.returncode == 0
+def restore_root_controllers():
+    """Disables the v2 root's memory controller again if this test enabled it."""
+    if not os.path.exists(ENABLED_MARKER):
+        return
+    v2_root = next((h[4] for h, t in mountinfo() if t[0] == "cgroup2"), None)
+    if v2_root is not None:
+        try:
+            with open(os.path.join(v2_root, "cgroup.subtree_control"), "w") as f:
+                f.write("-memory")
+        except OSError as e:
+            print("cannot disable the memory controller of %s again: %s" % (v2_root, e), file=sys.stderr)
+            return
+    os.unlink(ENABLED_MARKER)
+
+
+def cleanup():
+    """Removes what a killed run of this test left: its cgroups, the controller it enabled."""
+    for h, t in mountinfo():
+        if t[0] not in ("cgroup", "cgroup2"):
+            continue
+        for dirpath, dirnames, _ in os.walk(h[4]):
+            for d in dirnames:
+                if d.startswith(CGROUP_PREFIX):
+                    path = os.path.join(dirpath, d)
+                    try:
+                        os.rmdir(path)
+                        print("removed " + path)
+                    except OSError as e:
+                        print("cannot remove %s: %s" % (path, e), file=sys.stderr)
+            dirnames[:] = [d for d in dirnames if not d.startswith(CGROUP_PREFIX)]
+    restore_root_controllers()
 
 
 def sha256_of(path):
@@ -132,8 +171,7 @@ class CgroupMemoryTest(unittest.TestCase):
     def setUp(self):
         self.work = tempfile.mkdtemp(prefix="tensorfs_cgroup.")
         self.model = os.path.join(self.work, "data", "bucket", "big")
-        subprocess.run([TESTDATA, "--arch", "llama", "--size-mib", str(CHECKPOINT_MIB), "--shards", "4", "--out",
-                        self.model], check=True, capture_output=True, timeout=HANG_GUARD_S * 5)
+        os.makedirs(self.model)
         port_file = os.path.join(self.work, "port")
         self.server = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "gcs_test_server.py"), "--data",
                                         os.path.join(self.work, "data"), "--port", "0", "--port-file", port_file,
@@ -178,21 +216,20 @@ class CgroupMemoryTest(unittest.TestCase):
             time.sleep(0.05)
         self.fail("not mounted within %d s" % HANG_GUARD_S)
 
-    def test_reading_a_checkpoint_larger_than_the_limit_stays_under_it(self):
-        argv = [TENSORFS, "gs://bucket/big", self.mountpoint, "-f", "-o", "endpoint=%s,anonymous" % self.endpoint]
-        if systemd_run_works():
-            how = "systemd-run --scope -p MemoryMax"
-            self.process = subprocess.Popen(["systemd-run", "--scope", "--quiet", "-p", "MemoryMax=%d" % LIMIT, "-p",
-                                             "MemorySwapMax=0"] + argv,
-                                            stdout=self.log_file, stderr=subprocess.STDOUT)
-            self.wait_mounted()
-            self.cgroup = Cgroup(adopt_pid=self.process.pid)
-        else:
-            self.cgroup = Cgroup()
-            how = "cgroup %s at %s" % (self.cgroup.kind, self.cgroup.path)
-            procs = os.path.join(self.cgroup.path, "cgroup.procs")
-            self.process = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs] + argv,
-                                            stdout=self.log_file, stderr=subprocess.STDOUT)
+    def start_limited(self, options):
+        """tensorfs in a cgroup limited to LIMIT; returns how the limit was set."""
+        argv = [TENSORFS, "gs://bucket/big", self.mountpoint, "-f", "-o",
+                "endpoint=%s,anonymous%s" % (self.endpoint, options)]
+        self.cgroup = Cgroup()
+        procs = os.path.join(self.cgroup.path, "cgroup.procs")
+        self.process = subprocess.Popen(["sh", "-c", 'echo $$ > "$0" && exec "$@"', procs] + argv,
+                                        stdout=self.log_file, stderr=subprocess.STDOUT)
+        return "cgroup %s at %s" % (self.cgroup.kind, self.cgroup.path)
+
+    def test_reading_a_checkpoint_larger_than_the_limit_keeps_the_mount_alive(self):
+        subprocess.run([TESTDATA, "--arch", "llama", "--size-mib", str(CHECKPOINT_MIB), "--shards", "4", "--out",
+                        self.model], check=True, capture_output=True, timeout=HANG_GUARD_S * 5)
+        how = self.start_limited("")
         self.wait_mounted()
         for dirpath, _, names in os.walk(self.model):
             for name in names:
@@ -200,7 +237,7 @@ class CgroupMemoryTest(unittest.TestCase):
                 self.assertEqual(sha256_of(os.path.join(self.mountpoint, rel)),
                                  sha256_of(os.path.join(self.model, rel)), rel)
         # Then every tensor in random order, as a loader that jumps around does:
-        # with a cache sized past the limit, this is what gets tensorfs killed.
+        # with a cache sized past the limit, this is what would get tensorfs killed.
         r = subprocess.run(["/usr/bin/python3", os.path.join(SUPPORT, "mmap_loader.py"), self.mountpoint, "--order",
                             "random", "--compare", self.model], capture_output=True, text=True,
                            timeout=HANG_GUARD_S * 10)
@@ -209,19 +246,30 @@ class CgroupMemoryTest(unittest.TestCase):
         kills = self.cgroup.oom_kills()
         alive = self.process.poll() is None
         subprocess.run(["fusermount3", "-u", self.mountpoint], capture_output=True, timeout=HANG_GUARD_S)
-        self.process.wait(HANG_GUARD_S)
-        log = self.log()
         print("%s: limit %d MiB, checkpoint %d MiB, peak %d MiB" % (how, LIMIT // MIB, CHECKPOINT_MIB, peak // MIB),
               file=sys.stderr)
-        self.assertTrue(alive, log)
-        self.assertEqual(kills, 0, log)
+        self.assertTrue(alive, self.log())
+        self.assertEqual(kills, 0, self.log())
         self.assertEqual(r.returncode, 0, loader)
-        self.assertLessEqual(peak, LIMIT)
-        self.assertIn("of the cgroup memory limit %d MiB" % (LIMIT // MIB), log)
+        check_end(self, self.process, "fusermount3 -u", log=self.log)
+        self.assertIn("of the cgroup memory limit %d MiB" % (LIMIT // MIB), self.log())
+
+    def test_a_cache_size_over_the_limit_is_refused_at_start_not_killed_later(self):
+        self.start_limited(",cache_size=2G")
+        check_end(self, self.process, "a cache_size the limit cannot hold", expected=2, log=self.log)
+        log = self.log()
+        self.assertIn("cache_size=2048M does not fit the memory limit of this cgroup (%d MiB" % (LIMIT // MIB), log)
+        self.assertIn("set cache_size to at most %dM" % (LIMIT // MIB - 128), log)
+        self.assertEqual(self.cgroup.oom_kills(), 0, log)
+        with open("/proc/self/mountinfo") as f:
+            self.assertFalse(any(line.split()[4] == self.mountpoint for line in f), "nothing was mounted")
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--cleanup"]:
+        cleanup()
+        sys.exit(0)
     if os.geteuid() != 0 or not TENSORFS or not TESTDATA:
         print("needs root, TENSORFS_BINARY and TENSORFS_TESTDATA", file=sys.stderr)
         sys.exit(1)
-    unittest.main()
+    run_tests()

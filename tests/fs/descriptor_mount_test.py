@@ -13,17 +13,14 @@ file's sha256 and an mmap loader's tensors equal the source.
 
 Every wait has a 60 s limit that only catches hangs; nothing asserts on time.
 """
-import hashlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import unittest
 
@@ -31,25 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SUPPORT = os.path.join(HERE, "..", "support")
 TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
-HANG_GUARD_S = 60
 
 sys.path.insert(0, SUPPORT)
+from daemon_check import check_end, run_tests  # noqa: E402
 from fuse_fd_parent import GCSFUSE_DATA, kernel_mount, mount_device, mounted, unmount  # noqa: E402
-
-# uid 65534, no capability at all, no way to gain one.
-UNPRIVILEGED = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all",
-                "--bounding-set=-all", "--no-new-privs"]
-
-
-def sandboxed(argv, hide=()):
-    """argv run unprivileged in a new mount namespace whose /dev is a fresh
-    tmpfs (no fuse node) and in which the mounts in `hide` are detached, as a
-    sidecar's namespace does not hold the workload's mount (a copy of it
-    would keep the FUSE connection alive after the parent unmounts)."""
-    script = "set -e; mount -t tmpfs -o mode=755 tmpfs /dev; ln -s /proc/self/fd /dev/fd; "
-    script += "".join("umount -l -c %s; " % shlex.quote(m) for m in hide)  # -c: no stat of the mount
-    script += "test ! -e /dev/fuse; exec \"$@\""
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
+from container import HANG_GUARD_S, Output, sandboxed, sha256_of, start_gcs_server, wait_serving  # noqa: E402
 
 
 def print_mount_params(*options):
@@ -58,50 +41,24 @@ def print_mount_params(*options):
     return dict(line.split("=", 1) for line in out.splitlines() if line and not line.startswith("#"))
 
 
-def sha256_of(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return h.hexdigest()
-            h.update(block)
-
-
 def source_files(root):
     for dirpath, _, names in os.walk(root):
         for name in names:
             yield os.path.relpath(os.path.join(dirpath, name), root)
 
 
-def wait_serving(path, process):
-    """Waits until `path` answers a stat (the mount serves), or fails."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise AssertionError("tensorfs exited with %s before serving" % process.returncode)
-        r = subprocess.run(["stat", "-c", "%i", path], capture_output=True, timeout=HANG_GUARD_S)
-        if r.returncode == 0 and r.stdout.strip() == b"1":
-            return
-        time.sleep(0.1)
-    raise AssertionError("%s did not serve within %d s" % (path, HANG_GUARD_S))
-
-
-class Output:
-    """Collects a process's output on a thread, so a full pipe never stalls it."""
-
-    def __init__(self, process):
-        self.text = ""
-        self._thread = threading.Thread(target=self._read, args=(process,), daemon=True)
-        self._thread.start()
-
-    def _read(self, process):
-        for line in process.stdout:
-            self.text += line
-
-    def wait(self):
-        self._thread.join(HANG_GUARD_S)
-        return self.text
+def fuse_descriptors(pid):
+    """How many of process `pid`'s open files are /dev/fuse (character device 10:229)."""
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        path = "/proc/%d/fd/%s" % (pid, fd)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) and os.major(st.st_rdev) == 10 and os.minor(st.st_rdev) == 229:
+            n += 1
+    return n
 
 
 class DescriptorMountTest(unittest.TestCase):
@@ -113,16 +70,7 @@ class DescriptorMountTest(unittest.TestCase):
         cls.model = os.path.join(cls.data, "bucket", "llama")
         subprocess.run([TESTDATA, "--arch", "llama", "--size-mib", "48", "--shards", "3", "--out", cls.model],
                        check=True, capture_output=True, timeout=HANG_GUARD_S)
-        port_file = os.path.join(cls.work, "port")
-        cls.server = subprocess.Popen([sys.executable, os.path.join(SUPPORT, "gcs_test_server.py"), "--data",
-                                       cls.data, "--port", "0", "--port-file", port_file, "--quiet"])
-        deadline = time.monotonic() + HANG_GUARD_S
-        while not os.path.exists(port_file):
-            if time.monotonic() > deadline or cls.server.poll() is not None:
-                raise RuntimeError("the GCS test server did not start")
-            time.sleep(0.05)
-        with open(port_file) as f:
-            cls.endpoint = "http://127.0.0.1:" + f.read().strip()
+        cls.server, cls.endpoint = start_gcs_server(cls.data, cls.work)
         cls.source = "gs://bucket/llama"
         cls.options = "endpoint=%s,anonymous" % cls.endpoint
 
@@ -149,7 +97,7 @@ class DescriptorMountTest(unittest.TestCase):
     def start(self, argv, **kwargs):
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
         self.processes.append(p)
-        return p, Output(p)
+        return p, Output(p.stdout)
 
     def assert_same_as_source(self, mounted):
         """Every source file's sha256, then every tensor as an mmap loader reads it."""
@@ -192,10 +140,24 @@ class DescriptorMountTest(unittest.TestCase):
         process, output = self.serve_unprivileged(params["data"] + ",allow_other", params["read_ahead_kb"])
         wait_serving(self.mountpoint, process)
         self.assert_same_as_source(self.mountpoint)
-        log = output.text
-        self.assertNotIn("clone", log.lower(), "no line about clone_fd: " + log)
+        # With no /dev/fuse to open, its workers cannot clone the descriptor:
+        # every one of them serves the one the parent handed over.
+        threads = len(os.listdir("/proc/%d/task" % process.pid))
+        self.assertGreater(threads, 2, "several worker threads have served the reads")
+        self.assertEqual(fuse_descriptors(process.pid), 1, "one /dev/fuse descriptor, shared by %d threads" % threads)
         unmount(self.mountpoint)
-        self.assertEqual(process.wait(HANG_GUARD_S), 0, output.wait())
+        check_end(self, process, "the parent's unmount", log=output.wait)
+
+    def test_the_readahead_the_parent_set_is_kept(self):
+        # README: in descriptor mode the parent owns the kernel-side settings;
+        # tensorfs writes nothing to sysfs, so the parent's 512 KiB stays.
+        process, output = self.serve_unprivileged(GCSFUSE_DATA, read_ahead_kb=512)
+        wait_serving(self.mountpoint, process)
+        self.assert_same_as_source(self.mountpoint)
+        with open("/sys/class/bdi/%s/read_ahead_kb" % mount_device(self.mountpoint)) as f:
+            self.assertEqual(f.read().strip(), "512", output.text)
+        unmount(self.mountpoint)
+        check_end(self, process, "the parent's unmount", log=output.wait)
 
     def test_any_max_read_in_the_mount_data_works(self):
         # gcsfuse's data has no max_read (the kernel's is then unlimited); a
@@ -206,7 +168,7 @@ class DescriptorMountTest(unittest.TestCase):
                 wait_serving(self.mountpoint, process)
                 self.assert_same_as_source(self.mountpoint)
                 unmount(self.mountpoint)
-                self.assertEqual(process.wait(HANG_GUARD_S), 0, output.wait())
+                check_end(self, process, "the parent's unmount", log=output.wait)
 
     def test_kernel_side_options_are_left_to_the_parent_with_one_message(self):
         process, output = self.serve_unprivileged(GCSFUSE_DATA, extra_options="allow_other,read_ahead=4M")
@@ -214,7 +176,7 @@ class DescriptorMountTest(unittest.TestCase):
         with open(os.path.join(self.mountpoint, "config.json"), "rb") as f:
             self.assertTrue(f.read())
         unmount(self.mountpoint)
-        self.assertEqual(process.wait(HANG_GUARD_S), 0)
+        check_end(self, process, "the parent's unmount", log=output.wait)
         log = output.wait()
         notes = [line for line in log.splitlines() if "the parent that mounted sets these" in line]
         self.assertEqual(len(notes), 1, log)
@@ -234,7 +196,7 @@ class DescriptorMountTest(unittest.TestCase):
         wait_serving(self.mountpoint, process)
         self.assert_same_as_source(self.mountpoint)
         unmount(self.mountpoint)
-        self.assertEqual(process.wait(HANG_GUARD_S), 0, output.wait())
+        check_end(self, process, "the unmount", log=output.wait)
 
     def test_handoff_serves_each_socket_and_reports_failures_beside_it(self):
         sockets = os.path.join(self.work, "sockets")
@@ -272,7 +234,8 @@ class DescriptorMountTest(unittest.TestCase):
             self.assert_same_as_source(good_mnt)
             # The failed mount does not take the other down; its reason is beside its socket.
             deadline = time.monotonic() + HANG_GUARD_S
-            while not os.path.exists(os.path.join(sockets, "bad.error")) and time.monotonic() < deadline:
+            while not os.path.exists(os.path.join(sockets, "bad.error")):
+                self.assertLess(time.monotonic(), deadline, "no bad.error within %d s" % HANG_GUARD_S)
                 time.sleep(0.1)
             with open(os.path.join(sockets, "bad.error")) as f:
                 error = f.read()
@@ -283,7 +246,7 @@ class DescriptorMountTest(unittest.TestCase):
             self.assertIsNone(process.poll(), "handoff keeps running while a mount is served")
             unmount(good_mnt)
             # Every mount has ended: handoff exits, 1 since one of them failed.
-            self.assertEqual(process.wait(HANG_GUARD_S), 1, output.wait())
+            check_end(self, process, "its mounts ended, one of them failed", expected=1, log=output.wait)
             self.assertIn("[bad]", output.text)
         finally:
             for s in listeners.values():
@@ -310,7 +273,7 @@ class DescriptorMountTest(unittest.TestCase):
                 os.close(fd)
             wait_serving(self.mountpoint, process)
             process.send_signal(signal.SIGTERM)
-            self.assertEqual(process.wait(HANG_GUARD_S), 0, output.wait())
+            check_end(self, process, "SIGTERM", log=output.wait)
             self.assertFalse(os.path.exists(path + ".error"))
         finally:
             s.close()
@@ -331,7 +294,7 @@ class DescriptorMountTest(unittest.TestCase):
             conn, _ = s.accept()
             with conn:
                 conn.sendall(json.dumps({"source": self.source}).encode())
-            self.assertEqual(process.wait(HANG_GUARD_S), 1, output.wait())
+            check_end(self, process, "a message without a descriptor", expected=1, log=output.wait)
             with open(path + ".error") as f:
                 self.assertIn("send exactly one, the /dev/fuse descriptor", f.read())
         finally:
@@ -342,4 +305,4 @@ if __name__ == "__main__":
     if os.geteuid() != 0 or not TENSORFS or not TESTDATA:
         print("needs root, TENSORFS_BINARY and TENSORFS_TESTDATA", file=sys.stderr)
         sys.exit(1)
-    unittest.main()
+    run_tests()

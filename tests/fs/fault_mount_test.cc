@@ -5,12 +5,9 @@
 // than stall_timeout and retried, and every retry shows in `tensorfs stats` and
 // on the Prometheus endpoint, counted by cause. How long each took is printed,
 // never asserted: the machine's load decides that, not the code.
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -19,7 +16,6 @@
 #include <atomic>
 #include <cstring>
 #include <iostream>
-#include <random>
 #include <regex>
 #include <thread>
 
@@ -27,13 +23,17 @@
 
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::GcsTestServer;
+using testing::MountStats;
+using testing::ReadFile;
 using testing::ReadWhole;
+using testing::WaitUntil;
 using testing::RunCommand;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
@@ -43,76 +43,21 @@ using nlohmann::json;
 constexpr char kBlob[] = "blob.bin";
 constexpr size_t kBlobSize = 4 << 20;
 
-// Reads a whole file with read(); returns errno on failure.
-int ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return errno;
-  out->clear();
-  std::vector<char> buf(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) out->append(buf.data(), static_cast<size_t>(n));
-  int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
-}
+// The Prometheus port of the mounts here: the test's network namespace is its
+// own (the test sandbox), so nothing else holds it.
+constexpr int kPrometheusPort = 9464;
 
-// The counters `tensorfs stats --json` prints, read the same way.
-json MountStats(const std::string& mountpoint) {
-  std::vector<char> buf(1 << 20);
-  ssize_t n = ::getxattr(mountpoint.c_str(), "user.tensorfs.stats", buf.data(), buf.size());
-  if (n < 0) return json();
-  return json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
-}
+// One object, served by the test server, whose faults each test injects.
+class FaultMountTest : public testing::ServedDataTest<FaultMountTest> {
+ public:
+  static constexpr char kDataKey[] = "fault_mount_test/blob-4MiB-7";
+  static void MakeData(const std::string& dir) { testing::WriteFile(dir + "/faults/" + kBlob, Blob()); }
+  static std::string Blob() { return testing::RandomBytes(kBlobSize, 7); }
 
-// Polls `done` until it holds; false after 60 s, which only a hang takes.
-template <typename Predicate>
-bool WaitUntil(Predicate done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-// A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-class FaultMountTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
-    std::mt19937 rng(7);
-    blob_ = new std::string(kBlobSize, '\0');
-    for (char& c : *blob_) c = static_cast<char>(rng());
-    testing::WriteFile(data_->path() + "/faults/" + kBlob, *blob_);
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path()}, &error).release();
-    ASSERT_NE(server_, nullptr) << error;
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete blob_;
-    delete data_;
-  }
   void SetUp() override {
-    if (!server_->running()) {
-      ASSERT_TRUE(server_->Restart());
-    }
-    ASSERT_TRUE(server_->ClearFaults());
+    ServedDataTest::SetUp();
+    blob_ = Blob();
   }
 
   std::unique_ptr<TensorfsMount> Mount(const std::string& extra) {
@@ -123,13 +68,8 @@ class FaultMountTest : public ::testing::Test {
     return mount;
   }
 
-  static testing::TempDir* data_;
-  static std::string* blob_;
-  static GcsTestServer* server_;
+  std::string blob_;  // the object's bytes
 };
-testing::TempDir* FaultMountTest::data_ = nullptr;
-std::string* FaultMountTest::blob_ = nullptr;
-GcsTestServer* FaultMountTest::server_ = nullptr;
 
 TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
   auto mount = Mount("retry_deadline=30,stall_timeout=2");
@@ -148,17 +88,17 @@ TEST_F(FaultMountTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
     finished = true;
   });
   // Refused three times: the read is backing off when the server returns.
-  const bool waited = WaitUntil([&] {
+  const ::testing::AssertionResult waited = WaitUntil([&] {
     const json stats = MountStats(mount->path());
     return stats.is_object() && stats["retries"]["by_cause"].value("connect", 0) >= 3;
-  });
+  }, "a third connect retry");
   EXPECT_FALSE(finished.load()) << "the read gave up while the server was down";
   const auto back = std::chrono::steady_clock::now();
   ASSERT_TRUE(server_->Restart());  // returns once the server answers
   reader.join();
-  ASSERT_TRUE(waited) << "no third connect retry within 60 s\n" << mount->Log();
+  ASSERT_TRUE(waited) << mount->Log();
   ASSERT_EQ(err, 0) << mount->Log();
-  EXPECT_TRUE(got == *blob_);
+  EXPECT_TRUE(got == blob_);
   std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart\n";
   const json stats = MountStats(mount->path());
   EXPECT_GE(stats["retries"]["by_cause"].value("connect", 0), 3) << stats.dump();
@@ -198,7 +138,7 @@ TEST_F(FaultMountTest, StalledResponseIsDroppedNoSoonerThanTheStallTimeoutAndRet
   ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 1 << 20), 4096) << mount->Log();
   const double took = Seconds(std::chrono::steady_clock::now() - start).count();
   ::close(fd);
-  EXPECT_EQ(std::string(buf.data(), buf.size()), blob_->substr(1 << 20, 4096));
+  EXPECT_EQ(std::string(buf.data(), buf.size()), blob_.substr(1 << 20, 4096));
   EXPECT_EQ(MountStats(mount->path())["retries"]["by_cause"], json({{"stall", 1}}));
   // The retry warning says how long the response had been silent when it was
   // dropped: at least stall_timeout. A read that sat out the 10 s stall would
@@ -212,8 +152,7 @@ TEST_F(FaultMountTest, StalledResponseIsDroppedNoSoonerThanTheStallTimeoutAndRet
 }
 
 TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpoint) {
-  const int port = FreePort();
-  ASSERT_NE(port, 0);
+  const int port = kPrometheusPort;
   auto mount = Mount("retry_deadline=30,stall_timeout=2,prometheus_port=" + std::to_string(port));
   ASSERT_NE(mount, nullptr);
   const std::string path = mount->path() + "/" + kBlob;
@@ -227,7 +166,7 @@ TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpo
       {"match": {"media": true}, "action": "stall_after", "bytes": 1000, "seconds": 5}])"));
   std::string got;
   ASSERT_EQ(ReadFile(path, &got), 0) << mount->Log();
-  EXPECT_TRUE(got == *blob_);
+  EXPECT_TRUE(got == blob_);
 
   const json stats = MountStats(mount->path());
   EXPECT_EQ(stats["retries"]["by_cause"],
@@ -258,7 +197,7 @@ TEST_F(FaultMountTest, EveryInjectedFaultIsCountedInStatsAndOnThePrometheusEndpo
   EXPECT_THAT(scrape.output, HasSubstr("tensorfs_reads_failed_eio_total 0\n"));
 
   // Five retry warnings within a few seconds: the log says how many it held back.
-  ASSERT_TRUE(mount->StopWith(SIGTERM, std::chrono::seconds(10)));
+  ASSERT_TRUE(mount->StopWith(SIGTERM));
   EXPECT_THAT(mount->Log(), HasSubstr("similar warning"));
 }
 

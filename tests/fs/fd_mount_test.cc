@@ -32,6 +32,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -50,13 +51,8 @@ double MillisSince(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-bool WaitForFile(const std::string& path, std::chrono::seconds guard) {
-  const auto deadline = Clock::now() + guard;
-  while (Clock::now() < deadline) {
-    if (fsys::exists(path)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return false;
+::testing::AssertionResult WaitForFile(const std::string& path, std::chrono::seconds guard) {
+  return testing::WaitUntil([&] { return fsys::exists(path); }, path, guard);
 }
 
 // The exit status of `pid` (128+SIG for a signal), or nullopt if it is still
@@ -80,40 +76,42 @@ std::string LastLine(const std::string& text) {
   return nl == std::string::npos ? t : t.substr(nl + 1);
 }
 
-class FdMountTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
+class FdMountTest : public testing::ServedDataTest<FdMountTest> {
+ public:
+  static constexpr char kDataKey[] = "fd_mount_test/llama-2x256";
+  static void MakeData(const std::string& dir) {
     testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 256, .intermediate = 512,
                             .vocab = 2048, .dtype = Dtype::BF16};
-    auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = data_->path() + "/ckpt/llama"});
+    auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = dir + "/ckpt/llama"});
     ASSERT_TRUE(written.ok()) << written.status().ToString();
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path()}, &error).release();
-    ASSERT_NE(server_, nullptr) << error;
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete data_;
-  }
-  void SetUp() override {
-    if (!server_->running()) {
-      ASSERT_TRUE(server_->Restart());
-    }
-    ASSERT_TRUE(server_->ClearFaults());
-    ASSERT_TRUE(server_->SetShaping(0, 0, 0));
-  }
+
+ protected:
+  // A tensorfs still serving ends as a parent ends it: the parent unmounts,
+  // and it must exit 0 (the parent's status is tensorfs's).
   void TearDown() override {
     if (parent_ > 0) {
-      if (pid_t child = TensorfsPid(); child > 0) {
-        ::kill(child, SIGKILL);
-      }
-      if (!WaitForExit(parent_, kHangGuard)) {
+      const pid_t tensorfs = TensorfsPid();
+      if (IsMounted(mnt_.path())) ::umount2(mnt_.path().c_str(), 0);
+      std::optional<int> rc = WaitForParent();
+      if (!rc) {
+        ADD_FAILURE() << "HANG: tensorfs still runs " << kHangGuard.count() << " s after the parent unmounted; "
+                      << "its threads:\n" << testing::StacksOf(tensorfs) << Log();
+        if (tensorfs > 0) ::kill(tensorfs, SIGKILL);
         ::kill(parent_, SIGKILL);
+        ::waitpid(parent_, nullptr, 0);
+      } else {
+        EXPECT_EQ(*rc, 0) << "after the parent unmounted: " << Log();
       }
-      ::waitpid(parent_, nullptr, 0);
     }
     if (IsMounted(mnt_.path())) ::umount2(mnt_.path().c_str(), MNT_DETACH);
+    ExpectNoSanitizerReport();
+  }
+  // tensorfs wrote no sanitizer report (the test sandbox collects them).
+  void ExpectNoSanitizerReport() {
+    for (const std::string& report : testing::SanitizerReports(testing::SandboxDir(), TensorfsPid())) {
+      ADD_FAILURE() << "SANITIZER REPORT of tensorfs " << report;
+    }
   }
 
   std::string Scratch(const std::string& name) const { return scratch_.path() + "/" + name; }
@@ -140,7 +138,7 @@ class FdMountTest : public ::testing::Test {
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
-    ASSERT_TRUE(WaitForFile(Scratch("pid"), kHangGuard)) << Log();
+    ASSERT_TRUE(testing::WaitUntil([&] { return fsys::exists(Scratch("pid")); }, "the parent's pid file")) << Log();
   }
   pid_t TensorfsPid() const {
     std::ifstream in(Scratch("pid"));
@@ -156,21 +154,17 @@ class FdMountTest : public ::testing::Test {
     return rc;
   }
 
-  static testing::TempDir* data_;
-  static GcsTestServer* server_;
   testing::TempDir mnt_;
   testing::TempDir scratch_;
   pid_t parent_ = -1;
 };
 
-testing::TempDir* FdMountTest::data_ = nullptr;
-GcsTestServer* FdMountTest::server_ = nullptr;
 
 TEST_F(FdMountTest, ServesTheHandedOverDescriptorAndExitsZeroWhenTheParentUnmounts) {
   StartParent("gs://ckpt");
   ASSERT_TRUE(WaitForFile(Scratch("ready"), kHangGuard)) << Log();
   int files = 0;
-  for (const auto& entry : fsys::directory_iterator(data_->path() + "/ckpt/llama")) {
+  for (const auto& entry : fsys::directory_iterator(data_dir_ + "/ckpt/llama")) {
     const std::string name = entry.path().filename();
     EXPECT_TRUE(testing::SameBytes(ReadWhole(Mnt("llama/" + name)), ReadWhole(entry.path()))) << name;
     ++files;
@@ -193,11 +187,8 @@ TEST_F(FdMountTest, SigtermWithFetchesInFlightExitsZero) {
   ASSERT_TRUE(server_->ResetStats());
   const std::string shard = Mnt("llama/model-00001-of-00002.safetensors");
   std::thread reader([shard] { (void)ReadWhole(shard); });  // ends with an error once tensorfs is gone
-  const auto guard = Clock::now() + kHangGuard;
-  while (Clock::now() < guard && server_->Stats().value("media_requests", 0) == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_GT(server_->Stats().value("media_requests", 0), 0) << "no fetch started: " << Log();
+  ASSERT_TRUE(testing::WaitUntil([&] { return server_->Stats().value("media_requests", 0) > 0; }, "a fetch to start"))
+      << Log();
   const auto start = Clock::now();
   ASSERT_EQ(::kill(TensorfsPid(), SIGTERM), 0);
   std::optional<int> rc = WaitForParent();  // the parent then unmounts, which ends the reader
@@ -222,7 +213,7 @@ TEST_F(FdMountTest, InitAndRootAttributesAreAnsweredBeforeTheSourceIsReached) {
   ASSERT_TRUE(server_->Restart());
   ASSERT_TRUE(WaitForFile(Scratch("ready"), kHangGuard)) << Log();
   std::printf("ready %.0f ms after the server came back\n", MillisSince(start));
-  EXPECT_EQ(ReadWhole(Mnt("llama/config.json")), ReadWhole(data_->path() + "/ckpt/llama/config.json"));
+  EXPECT_EQ(ReadWhole(Mnt("llama/config.json")), ReadWhole(data_dir_ + "/ckpt/llama/config.json"));
 }
 
 TEST_F(FdMountTest, StartupFailureExitsWithTheReasonLastOnStderrAndInTheErrorFile) {

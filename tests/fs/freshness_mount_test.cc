@@ -33,6 +33,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/test_util.h"
 
 namespace tensorfs {
 namespace {
@@ -41,69 +42,20 @@ namespace fsys = std::filesystem;
 using ::testing::Contains;
 using ::testing::Not;
 using testing::GcsTestServer;
+using testing::kHang;
+using testing::RandomBytes;
+using testing::ReadFile;
 using testing::RunCommand;
 using testing::TempDir;
 using testing::TensorfsMount;
+using testing::WaitUntil;
 using testing::WriteFile;
 
-constexpr auto kHang = std::chrono::seconds(60);
 const std::string kLoader = "/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py ";
 
-// Polls `done` until it holds; fails, naming `what`, after kHang (a hang).
-template <typename Predicate>
-::testing::AssertionResult WaitUntil(Predicate done, const std::string& what) {
-  const auto deadline = std::chrono::steady_clock::now() + kHang;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      return ::testing::AssertionFailure() << "timed out after 60 s waiting for " << what;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return ::testing::AssertionSuccess();
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&s[i], &v, 8);
-  }
-  return s;
-}
-
-// Reads a whole file with read(); 0 or the errno of the failure.
-int ReadFile(const std::string& path, std::string* out) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return errno;
-  out->clear();
-  std::vector<char> buf(1 << 20);
-  ssize_t n;
-  while ((n = ::read(fd, buf.data(), buf.size())) > 0) out->append(buf.data(), static_cast<size_t>(n));
-  const int err = n < 0 ? errno : 0;
-  ::close(fd);
-  return err;
-}
-
-// The counters of `tensorfs stats --json` (the root's extended attribute).
-nlohmann::json Stats(const std::string& mountpoint) {
-  std::vector<char> buf(1 << 20);
-  const ssize_t n = ::getxattr(mountpoint.c_str(), "user.tensorfs.stats", buf.data(), buf.size());
-  if (n < 0) return nlohmann::json();
-  return nlohmann::json::parse(buf.data(), buf.data() + n, nullptr, /*allow_exceptions=*/false);
-}
+// A counter of `tensorfs stats --json`.
 uint64_t Stat(const std::string& mountpoint, const char* key) {
-  return Stats(mountpoint).value(key, uint64_t{0});
-}
-
-// A field of /proc/PID/status in KiB ("VmHWM"); -1 if absent.
-int64_t ProcStatusKib(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1));
-  }
-  return -1;
+  return testing::MountStats(mountpoint).value(key, uint64_t{0});
 }
 
 std::vector<std::string> List(const std::string& dir) {
@@ -397,9 +349,9 @@ TEST_F(LocalFreshnessTest, MemoryStaysBoundedOverAThousandReplacements) {
 
   // Nodes of the replaced versions go once the kernel forgets them.
   ASSERT_TRUE(WaitUntil([&] { return Stat(mount->path(), "nodes") <= 100; }, "the node table to shrink to the tree"))
-      << Stats(mount->path()).dump();
+      << testing::MountStats(mount->path()).dump();
   EXPECT_GE(Stat(mount->path(), "versions_replaced"), static_cast<uint64_t>(kReplacements) / 2);
-  const int64_t peak_kib = ProcStatusKib(mount->pid(), "VmHWM");
+  const int64_t peak_kib = testing::ProcField(mount->pid(), "status", "VmHWM");
   ASSERT_GT(peak_kib, 0);
   std::cout << "peak RSS " << peak_kib / 1024 << " MiB, " << Stat(mount->path(), "nodes") << " nodes\n";
   EXPECT_LE(peak_kib, static_cast<int64_t>((kCacheMib + 128) << 10));

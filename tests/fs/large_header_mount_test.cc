@@ -63,11 +63,13 @@ std::string ManyTensorFile(size_t first_id, size_t count) {
 class LargeHeaderMountTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    source_ = new testing::TempDir();
+    source_ = testing::SharedData("large_header_mount_test/20000-tensors", [](const std::string& dir) { Make(dir); });
+  }
+  static void Make(const std::string& source) {
     // Same tensor count, one header or four.
-    WriteFile(source_->path() + "/one/model.safetensors", ManyTensorFile(0, kLarge));
+    WriteFile(source + "/one/model.safetensors", ManyTensorFile(0, kLarge));
     for (size_t f = 0; f < 4; ++f) {
-      WriteFile(source_->path() + "/four/model-0000" + std::to_string(f + 1) + "-of-00004.safetensors",
+      WriteFile(source + "/four/model-0000" + std::to_string(f + 1) + "-of-00004.safetensors",
                 ManyTensorFile(f * kSmall, kSmall));
     }
     // One tensor with a shape of 65 dimensions: valid per the format, refused
@@ -79,15 +81,11 @@ class LargeHeaderMountTest : public ::testing::Test {
     std::string file(kHeaderLengthBytes, '\0');
     file[0] = static_cast<char>(json.size() & 0xFF);
     file[1] = static_cast<char>(json.size() >> 8);
-    WriteFile(source_->path() + "/deep/model.safetensors", file + json + "x");
-  }
-  static void TearDownTestSuite() {
-    delete source_;
-    source_ = nullptr;
+    WriteFile(source + "/deep/model.safetensors", file + json + "x");
   }
   void SetUp() override {
     std::string error;
-    mount_ = TensorfsMount::Start(source_->path(), {"-o", "views=tensors"}, &error);
+    mount_ = TensorfsMount::Start(source_, {"-o", "views=tensors"}, &error);
     ASSERT_NE(mount_, nullptr) << error;
   }
 
@@ -96,12 +94,12 @@ class LargeHeaderMountTest : public ::testing::Test {
   double ReadRawAndList(const std::string& dir, size_t tensors) {
     const auto start = std::chrono::steady_clock::now();
     std::vector<std::string> files;
-    for (const auto& e : fsys::directory_iterator(source_->path() + "/" + dir)) {
+    for (const auto& e : fsys::directory_iterator(source_ + "/" + dir)) {
       files.push_back(e.path().filename().string());
     }
     for (const std::string& f : files) {
       EXPECT_TRUE(SameBytes(ReadWhole(mount_->path() + "/" + dir + "/" + f),
-                            ReadWhole(source_->path() + "/" + dir + "/" + f)))
+                            ReadWhole(source_ + "/" + dir + "/" + f)))
           << dir << "/" << f;
     }
     size_t listed = 0;
@@ -125,31 +123,28 @@ class LargeHeaderMountTest : public ::testing::Test {
 
   static constexpr size_t kSmall = 5'000;
   static constexpr size_t kLarge = 20'000;
-  static testing::TempDir* source_;
+  inline static std::string source_;  // shared, read-only
   std::unique_ptr<TensorfsMount> mount_;
 };
-testing::TempDir* LargeHeaderMountTest::source_ = nullptr;
 
-TEST_F(LargeHeaderMountTest, TwentyThousandTensorsReadInLinearTime) {
+// 20,000 tensors in one header read raw and as 20,000 one-tensor files, as
+// 4 x 5,000 do. How long each took is printed (bench/micro_bench's
+// BM_ParseManyTensors is where the parser's linearity is measured), never
+// compared: two wall times on a shared machine say nothing.
+TEST_F(LargeHeaderMountTest, TwentyThousandTensorsReadRawAndAsOneTensorFiles) {
   const double four_small = ReadRawAndList("four", 4 * kSmall);
   const double one_large = ReadRawAndList("one", kLarge);
   for (size_t id : {size_t{0}, size_t{4'999}, size_t{12'345}, kLarge - 1}) ExpectTensorFile("one", id);
   for (size_t id : {size_t{0}, kSmall, 3 * kSmall + 17, 4 * kSmall - 1}) ExpectTensorFile("four", id);
-  const double per_tensor_small = four_small / (4 * kSmall);
-  const double per_tensor_large = one_large / kLarge;
   RecordProperty("seconds_4x5000", std::to_string(four_small));
   RecordProperty("seconds_1x20000", std::to_string(one_large));
   std::printf("raw read + @tensors/ listing: 4 x 5,000 tensors %.3f s, 1 x 20,000 tensors %.3f s\n", four_small,
               one_large);
-  // Linear: about 1. Quadratic in the tensor count: about 4.
-  EXPECT_LT(per_tensor_large, 2.5 * per_tensor_small)
-      << "per tensor, a 20,000-tensor header took " << per_tensor_large / per_tensor_small
-      << " times as long as 5,000-tensor headers";
 }
 
 TEST_F(LargeHeaderMountTest, HeaderPastALimitStillReadsRaw) {
   EXPECT_TRUE(SameBytes(ReadWhole(mount_->path() + "/deep/model.safetensors"),
-                        ReadWhole(source_->path() + "/deep/model.safetensors")));
+                        ReadWhole(source_ + "/deep/model.safetensors")));
   std::vector<std::string> listed;
   for (const auto& e : fsys::directory_iterator(mount_->path() + "/deep/@tensors")) {
     listed.push_back(e.path().filename().string());

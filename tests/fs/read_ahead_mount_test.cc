@@ -1,5 +1,5 @@
-// The mount's kernel readahead is the value asked for: tensorfs' read_ahead=
-// and memfs_ceiling's --read-ahead-kb, read back from the mount's
+// The mount's kernel readahead is the value asked for (read_ahead=), read back
+// from the mount's
 // /sys/class/bdi/MAJOR:MINOR/read_ahead_kb once the kernel has taken the INIT
 // reply (which would lower it to the reply's max_readahead). A value the kernel
 // does not keep as asked is a warning naming the value in force.
@@ -47,9 +47,7 @@ class ReadAheadMountTest : public ::testing::Test {
   // `tensorfs stats`' count of the files opened, by the readahead they were
   // opened at.
   static nlohmann::json OpenedAt(const std::string& mountpoint) {
-    auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
-    EXPECT_EQ(result.exit_code, 0) << result.output;
-    const nlohmann::json stats = nlohmann::json::parse(result.output, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json stats = testing::MountStats(mountpoint);
     return stats.is_object() ? stats.value("files_opened_by_read_ahead", nlohmann::json()) : nlohmann::json();
   }
   TempDir src_;
@@ -152,34 +150,6 @@ TEST_F(ReadAheadMountTest, QueueLimitsTakeTheOptions) {
   EXPECT_EQ(FuseConnectionSetting(mount->path(), "congestion_threshold"), 10) << mount->Log();
 }
 
-#ifdef TENSORFS_MEMFS_CEILING
-TEST_F(ReadAheadMountTest, MemfsCeilingReadAheadIsInForceAfterInit) {
-  TempDir mnt;
-  const std::string command = std::string(TENSORFS_MEMFS_CEILING) + " --read-ahead-kb 16384 " + mnt.path() + " " +
-                              src_.path() + "/f.bin";
-  auto result = RunCommand(command);  // daemonizes once mounted
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_EQ(ReadWhole(mnt.path() + "/f.bin").size(), 1u << 20);
-  EXPECT_EQ(ReadAheadKib(mnt.path()), 16384) << result.output;
-  EXPECT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
-}
-
-// --read-ahead-at-opens gives the files the readahead another mount's files
-// got, open by open: the first at 128 KiB, the next two at 1 MiB, then 32 KiB.
-TEST_F(ReadAheadMountTest, MemfsCeilingGivesEachOpenItsReadahead) {
-  TempDir mnt;
-  const std::string command = std::string(TENSORFS_MEMFS_CEILING) + " --read-ahead-at-opens 128:1,1024:2,32:1 " +
-                              mnt.path() + " " + src_.path() + "/f.bin";
-  auto result = RunCommand(command);  // daemonizes once mounted
-  ASSERT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_EQ(ReadAheadKib(mnt.path()), 128) << result.output;
-  for (int want : {128, 1024, 1024, 32, 32}) {
-    EXPECT_EQ(ReadWhole(mnt.path() + "/f.bin").size(), 1u << 20);
-    EXPECT_EQ(ReadAheadKib(mnt.path()), want);
-  }
-  EXPECT_EQ(RunCommand("fusermount3 -u " + mnt.path()).exit_code, 0);
-}
-#endif
 
 }  // namespace
 }  // namespace tensorfs

@@ -1,4 +1,4 @@
-// What README promises about a mount, each checked through a real mount and
+// What the documentation (README.md, docs/) promises about a mount, each checked through a real mount and
 // the kernel: another user reads an allow_other mount; the mount is
 // nosuid,nodev; a tensorfs reading a checkpoint larger than its cache stays
 // within cache_size plus 128 MiB and writes nothing to local disk; a dead mount
@@ -21,11 +21,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <random>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "core/options/mount_options.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
@@ -38,6 +41,9 @@ using ::testing::HasSubstr;
 using testing::GcsTestServer;
 using testing::IsMounted;
 using testing::CommandResult;
+using testing::RandomBytes;
+using testing::UnmountOnExit;
+using testing::WaitUntil;
 using testing::ReadWhole;
 using testing::RunCommand;
 using testing::SameBytes;
@@ -46,30 +52,8 @@ using testing::TensorfsBinary;
 using testing::TensorfsMount;
 using testing::WriteFile;
 
-// How long a test waits for something that happens unless the code hangs.
-constexpr auto kHang = std::chrono::seconds(60);
 // The unprivileged user the tests act as.
 constexpr char kNobody[] = "65534";
-
-template <typename Predicate>
-bool WaitUntil(Predicate done) {
-  const auto deadline = std::chrono::steady_clock::now() + kHang;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::string s(n, '\0');
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&s[i], &v, 8);
-  }
-  return s;
-}
 
 // `command` run as user and group 65534 (nobody), without supplementary groups.
 std::string AsNobody(const std::string& command) {
@@ -87,29 +71,6 @@ void OpenToEveryone(const std::string& dir) {
     }
   }
 }
-
-// A field of /proc/PID/status or /proc/PID/io ("VmHWM", "write_bytes"); -1 if absent.
-int64_t ProcField(pid_t pid, const std::string& file, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream value(line.substr(field.size() + 1));
-      int64_t v = -1;
-      value >> v;
-      return v;
-    }
-  }
-  return -1;
-}
-
-// Unmounts `path` on destruction if it is still mounted.
-struct UnmountOnExit {
-  std::string path;
-  ~UnmountOnExit() {
-    if (IsMounted(path)) (void)RunCommand("fusermount3 -uz " + path + " || umount -l " + path);
-  }
-};
 
 // Compares `mounted`, read with read() 1 MiB at a time, with `source`.
 ::testing::AssertionResult SameFileByRead(const std::string& mounted, const std::string& source) {
@@ -231,7 +192,7 @@ TEST(MemoryBoundTest, ReadingACheckpointLargerThanTheCacheStaysWithinTheBoundAnd
   auto mount = TensorfsMount::Start(
       "gs://bkt", {"-o", "anonymous,cache_size=64M,log_level=error,endpoint=" + server->endpoint()}, &error);
   ASSERT_NE(mount, nullptr) << error;
-  const int64_t written_before = ProcField(mount->pid(), "io", "write_bytes");
+  const int64_t written_before = testing::ProcField(mount->pid(), "io", "write_bytes");
   ASSERT_GE(written_before, 0) << "no /proc/PID/io";
 
   uint64_t files = 0;
@@ -242,8 +203,8 @@ TEST(MemoryBoundTest, ReadingACheckpointLargerThanTheCacheStaysWithinTheBoundAnd
   }
   EXPECT_GE(files, 3u);
 
-  const int64_t peak_kib = ProcField(mount->pid(), "status", "VmHWM");
-  const int64_t written_after = ProcField(mount->pid(), "io", "write_bytes");
+  const int64_t peak_kib = testing::ProcField(mount->pid(), "status", "VmHWM");
+  const int64_t written_after = testing::ProcField(mount->pid(), "io", "write_bytes");
   ASSERT_GT(peak_kib, 0);
   const uint64_t peak = static_cast<uint64_t>(peak_kib) << 10;
   std::cout << "peak RSS " << (peak >> 20) << " MiB reading " << (written->plan.total_size >> 20)
@@ -264,12 +225,12 @@ TEST(MemoryBoundTest, ReadingACheckpointLargerThanTheCacheStaysWithinTheBoundAnd
 // mount with fusermount3 -uz and mounts again.
 TEST(DeadMountTest, UserWhoIsNotRootRecoversADeadMountPoint) {
   // libfuse opens /dev/fuse itself before it calls fusermount3: udev makes it
-  // 0666 on Debian, packaging/install-deps.sh where there is no udev.
+  // 0666 on Debian; the test sandbox gives the test such a node of its own.
   struct stat dev;
   ASSERT_EQ(::stat("/dev/fuse", &dev), 0) << std::strerror(errno);
   ASSERT_EQ(dev.st_mode & 0666, 0666u) << "/dev/fuse is " << std::oct << (dev.st_mode & 0777)
-                                       << ": users other than root cannot mount; run packaging/install-deps.sh "
-                                          "(it makes /dev/fuse 0666, as udev does)";
+                                       << ": users other than root cannot mount; run the test through ctest "
+                                          "(the test sandbox gives it a /dev/fuse of mode 0666, as udev makes it)";
   TempDir src, base;
   WriteFile(src.path() + "/llama/model.safetensors", RandomBytes(300000, 3));
   OpenToEveryone(src.path());
@@ -294,15 +255,19 @@ TEST(DeadMountTest, UserWhoIsNotRootRecoversADeadMountPoint) {
   auto owner = RunCommand("ps -o user= -p $(pgrep -f -x '" + command + "')");
   EXPECT_THAT(owner.output, HasSubstr("nobody")) << "the daemon runs as the user who mounted";
 
+  const CommandResult daemon = RunCommand("pgrep -f -x '" + command + "'");
+  ASSERT_EQ(daemon.exit_code, 0) << daemon.output;
+  testing::DeclareDaemonEnd(std::stoi(daemon.output), testing::KilledBy(SIGKILL));  // on purpose
   ASSERT_EQ(RunCommand("pkill -KILL -f -x '" + command + "'").exit_code, 0);
-  EXPECT_TRUE(WaitUntil([&] { return RunCommand("pgrep -f -x '" + command + "'").exit_code != 0; }));
+  ASSERT_TRUE(WaitUntil([&] { return RunCommand("pgrep -f -x '" + command + "'").exit_code != 0; },
+                        "the killed daemon to go"));
   // The daemon's threads may still be exiting once pgrep no longer sees it: the
   // connection reads "Software caused connection abort" until it is torn down.
   CommandResult dead;
   ASSERT_TRUE(WaitUntil([&] {
     dead = RunCommand(AsNobody("stat -f " + mnt));
     return dead.exit_code != 0 && dead.output.find("Transport endpoint is not connected") != std::string::npos;
-  })) << dead.output;
+  }, "the dead mount to answer ENOTCONN")) << dead.output;
 
   auto again = RunCommand(AsNobody(command));
   ASSERT_EQ(again.exit_code, 0) << again.output;
@@ -380,7 +345,7 @@ TEST_F(GcsPromisesTest, ReadsWaitingOnTheNetworkHoldNoFuseThread) {
   ASSERT_TRUE(WaitUntil([&] {
     const auto stats = server_->Stats();
     return stats.is_object() && stats.value("faults_applied", 0) >= 1;
-  })) << mount->Log();
+  }, "the server to hold the first request for a.bin")) << mount->Log();
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(SameFileByRead(mount->path() + "/b.bin", data_.path() + "/bkt/b.bin")) << mount->Log();
   std::cout << "b.bin read in " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
@@ -446,6 +411,224 @@ TEST(SingleFileCheckpointTest, EveryViewEqualsTheReference) {
   auto loader = RunCommand("/usr/bin/python3 " TENSORFS_SOURCE_DIR "/tests/support/mmap_loader.py " + mount->path() +
                            "/llama --compare " + src.path() + "/llama --min-tensors " + std::to_string(tensors));
   EXPECT_EQ(loader.exit_code, 0) << loader.output;
+}
+
+}  // namespace
+}  // namespace tensorfs
+
+namespace tensorfs {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::GcsTestServer;
+using testing::IsMounted;
+using testing::MountStats;
+using testing::RunCommand;
+using testing::TempDir;
+using testing::TensorfsBinary;
+using testing::TensorfsMount;
+using testing::WriteFile;
+
+// ---- exit statuses (fs/exit_status.h): what a supervisor acts on ----
+
+class ExitStatusTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteFile(data_.path() + "/bkt/models/a.bin", "a");
+    std::string error;
+    server_ = GcsTestServer::Start({.data_dir = data_.path()}, &error);
+    ASSERT_NE(server_, nullptr) << error;
+  }
+  // `tensorfs SOURCE MNT -o anonymous,endpoint=...,OPTIONS` in the background, as README runs it.
+  testing::CommandResult Mount(const std::string& source, const std::string& options = "") {
+    return RunCommand(TensorfsBinary() + " " + source + " " + mnt_.path() + " -o anonymous,endpoint=" +
+                      server_->endpoint() + (options.empty() ? "" : "," + options));
+  }
+
+  TempDir data_, mnt_;
+  std::unique_ptr<GcsTestServer> server_;
+};
+
+TEST_F(ExitStatusTest, APrefixHoldingNoObjectsExitsFour) {
+  const auto result = Mount("gs://bkt/no/such/prefix");
+  EXPECT_EQ(result.exit_code, 4) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("gs://bkt/no/such/prefix holds no objects: check the prefix"));
+  EXPECT_FALSE(IsMounted(mnt_.path()));
+}
+
+TEST_F(ExitStatusTest, RefusedCredentialsExitFive) {
+  ASSERT_TRUE(server_->InjectFaults(R"([{"match": {"path_regex": "/storage/v1/b/bkt/o"}, "action": "status",
+                                        "status": 403, "count": -1}])"));
+  const auto result = Mount("gs://bkt/models");
+  EXPECT_EQ(result.exit_code, 5) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("gs://bkt")) << "the message names the source";
+  EXPECT_FALSE(IsMounted(mnt_.path()));
+}
+
+TEST_F(ExitStatusTest, ADevFuseThatCannotBeOpenedExitsThree) {
+  // The mount's own namespace without the device node: /dev is an empty tmpfs.
+  const auto result = RunCommand("unshare --mount --propagation private sh -c 'mount -t tmpfs tmpfs /dev && exec " +
+                                 TensorfsBinary() + " gs://bkt/models " + mnt_.path() + " -o anonymous,endpoint=" +
+                                 server_->endpoint() + "'");
+  EXPECT_EQ(result.exit_code, 3) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("/dev/fuse")) << "the message says what is missing";
+}
+
+// startup_deadline's message, with its default below the unit's
+// TimeoutStartSec, so that tensorfs' own reason reaches the journal rather
+// than systemd's timeout.
+TEST_F(ExitStatusTest, AServerThatDoesNotAnswerGivesUpAfterStartupDeadlineExitingOne) {
+  ASSERT_TRUE(server_->InjectFaults(R"([{"match": {"path_regex": "/storage/v1/b/bkt/o"}, "action": "delay_first_byte",
+                                        "seconds": 600, "count": -1}])"));
+  const auto result = Mount("gs://bkt/models", "startup_deadline=2");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_THAT(result.output, ::testing::ContainsRegex("gave up after [0-9]+ s \\(startup_deadline\\): gs://bkt/models "
+                                                      "did not answer"));
+  EXPECT_FALSE(IsMounted(mnt_.path()));
+}
+
+TEST(StartupDeadlineTest, TheDefaultIsBelowTheUnitsTimeoutStartSec) {
+  const std::string unit = testing::ReadWhole(TENSORFS_SOURCE_DIR "/packaging/systemd/tensorfs@.service");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(unit, m, std::regex("\nTimeoutStartSec=([0-9]+)s\n"))) << unit;
+  const double timeout_start = std::stod(m[1]);
+  MountOptions defaults;
+  EXPECT_EQ(defaults.startup_deadline_s, 60) << "README's default";
+  // Start-up also opens the store and mounts after the listing: a margin.
+  EXPECT_LE(defaults.startup_deadline_s + 15, timeout_start);
+}
+
+// ---- what the stats and the credentials promise ----
+
+// `tensorfs stats --json`: fetch latency quantiles, cache hits, misses and
+// evictions, as a mount that read more than its cache holds counts them.
+TEST(StatsPromisesTest, StatsJsonHasLatencyQuantilesAndCacheCounters) {
+  TempDir src;
+  WriteFile(src.path() + "/a.bin", testing::RandomBytes(2 << 20, 1));
+  WriteFile(src.path() + "/b.bin", testing::RandomBytes(8 << 20, 2));
+  std::string error;
+  auto mount = TensorfsMount::Start(src.path(), {"-o", "cache_size=4M,chunk_size=1M,max_fetches=2,prefetch_window=1M"},
+                                    &error);
+  ASSERT_NE(mount, nullptr) << error;
+  std::string got;
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass finds a.bin in tensorfs' cache
+    ASSERT_EQ(testing::ReadFile(mount->path() + "/a.bin", &got), 0);
+    const int fd = ::open((mount->path() + "/a.bin").c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);  // not the kernel's page cache
+    ::close(fd);
+  }
+  ASSERT_EQ(testing::ReadFile(mount->path() + "/b.bin", &got), 0);  // more than the cache: evictions
+  const auto result = RunCommand(TensorfsBinary() + " stats --json " + mount->path());
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const nlohmann::json stats = nlohmann::json::parse(result.output, nullptr, false);
+  ASSERT_TRUE(stats.is_object()) << result.output;
+  EXPECT_GT(stats["cache_misses"].get<uint64_t>(), 0u) << result.output;
+  EXPECT_GT(stats["cache_hits"].get<uint64_t>(), 0u) << result.output;
+  EXPECT_GT(stats["cache_evictions"].get<uint64_t>(), 0u) << result.output;
+  const nlohmann::json& latency = stats["fetch_latency"];
+  ASSERT_TRUE(latency.is_object()) << result.output;
+  EXPECT_GE(latency["count"].get<uint64_t>(), 10u);
+  EXPECT_GT(latency["p50"].get<double>(), 0);
+  EXPECT_LE(latency["p50"].get<double>(), latency["p90"].get<double>());
+  EXPECT_LE(latency["p90"].get<double>(), latency["p99"].get<double>());
+}
+
+// -o anonymous sends no credentials, even with a key in the environment.
+TEST(CredentialsPromisesTest, AnonymousSendsNoCredentialsWhateverTheEnvironmentHolds) {
+  TempDir data, keys;
+  WriteFile(data.path() + "/pub/weights.bin", "public bytes");
+  ASSERT_NE(testing::GenerateRsaKey(keys.path()), "");
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  testing::WriteServiceAccountKey(keys.path() + "/sa.json", keys.path() + "/key.pem", server->endpoint() + "/token");
+  auto mount = TensorfsMount::Start("gs://pub", {"-o", "anonymous,endpoint=" + server->endpoint()}, &error,
+                                    {"GOOGLE_APPLICATION_CREDENTIALS=" + keys.path() + "/sa.json",
+                                     "GCE_METADATA_HOST=" + server->endpoint().substr(7)});
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(testing::ReadWhole(mount->path() + "/weights.bin"), "public bytes");
+  const nlohmann::json stats = server->Stats();
+  EXPECT_EQ(stats["token_requests"], 0) << stats.dump();
+  EXPECT_EQ(stats["gce_metadata_requests"], 0) << stats.dump();
+  EXPECT_EQ(stats["auth_headers"].value("Bearer", -1), 0) << stats.dump();
+  EXPECT_GT(stats["auth_headers"].value("none", 0), 0) << stats.dump();
+}
+
+// In a pod, tensorfs waits for the metadata server (GKE's Workload Identity)
+// through its server errors; the mount then uses its tokens.
+TEST(CredentialsPromisesTest, InAPodTheMetadataServerIsWaitedForThroughServerErrors) {
+  TempDir data;
+  WriteFile(data.path() + "/secure/weights.bin", "secret bytes");
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data.path(), .extra_args = {"--require-auth"}}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  ASSERT_TRUE(server->InjectFaults(R"([{"match": {"path_regex": "computeMetadata"}, "action": "status",
+                                       "status": 503, "count": 2}])"));
+  auto mount = TensorfsMount::Start("gs://secure", {"-o", "endpoint=" + server->endpoint()}, &error,
+                                    {"KUBERNETES_SERVICE_HOST=10.0.0.1", "GCE_METADATA_HOST=" +
+                                     server->endpoint().substr(7), "GOOGLE_APPLICATION_CREDENTIALS=",
+                                     "HOME=" + data.path()});
+  ASSERT_NE(mount, nullptr) << error;
+  EXPECT_EQ(testing::ReadWhole(mount->path() + "/weights.bin"), "secret bytes");
+  EXPECT_GE(server->Stats()["gce_metadata_requests"].get<int>(), 3) << "two refused, then a token";
+  EXPECT_THAT(mount->Log(), HasSubstr("answered after 3 probes"));
+}
+
+// ---- the kernel's readahead without root ----
+
+// read_ahead= is written to the mount's sysfs file, which only root may do:
+// a user's mount says so once and goes on at the kernel's readahead.
+TEST(ReadAheadPromisesTest, ReadAheadWithoutRootIsAWarningAndTheMountServes) {
+  TempDir src, base;
+  WriteFile(src.path() + "/f.txt", "hi");
+  OpenToEveryone(src.path());
+  OpenToEveryone(base.path());
+  const std::string mnt = base.path() + "/mnt";
+  std::filesystem::create_directory(mnt);
+  ASSERT_EQ(::chown(mnt.c_str(), 65534, 65534), 0) << std::strerror(errno);
+  testing::UnmountOnExit unmount{mnt};
+  const std::string log = base.path() + "/log";
+  // In the foreground, so that the warning, logged once mounted, is kept.
+  const std::string command = TensorfsBinary() + " " + src.path() + " " + mnt + " -f -o read_ahead=4M";
+  auto started = RunCommand(AsNobody(command) + " >" + log + " 2>&1 &");
+  ASSERT_EQ(started.exit_code, 0) << started.output;
+  ASSERT_TRUE(testing::WaitUntil([&] { return IsMounted(mnt); }, "the user's mount")) << testing::ReadWhole(log);
+  EXPECT_EQ(RunCommand(AsNobody("cat " + mnt + "/f.txt")).output, "hi");
+  ASSERT_TRUE(testing::WaitUntil([&] { return testing::ReadWhole(log).find("read_ahead=") != std::string::npos; },
+                                 "the read_ahead warning"));
+  EXPECT_THAT(testing::ReadWhole(log), HasSubstr("writing it needs root"));
+  auto unmounted = RunCommand(AsNobody("fusermount3 -u " + mnt));
+  EXPECT_EQ(unmounted.exit_code, 0) << unmounted.output;  // the sandbox checks that it then exits 0
+}
+
+// ---- tensorfs inspect gs:// ----
+
+TEST(InspectPromisesTest, InspectOfAGsSourceListsItsTensorsAndLayers) {
+  TempDir data;
+  testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 64, .intermediate = 128,
+                          .vocab = 256, .dtype = Dtype::BF16};
+  auto written = testing::WriteCheckpoint(spec, {.num_shards = 2, .dir = data.path() + "/bkt/llama"});
+  ASSERT_TRUE(written.ok()) << written.status().ToString();
+  std::string error;
+  auto server = GcsTestServer::Start({.data_dir = data.path()}, &error);
+  ASSERT_NE(server, nullptr) << error;
+  const auto text = RunCommand(TensorfsBinary() + " inspect gs://bkt/llama -o anonymous,endpoint=" + server->endpoint());
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_THAT(text.output, HasSubstr("model.layers.1.self_attn.q_proj.weight"));
+  // The JSON report alone on stdout (the log line goes to stderr).
+  const auto json = RunCommand("{ " + TensorfsBinary() + " inspect --json gs://bkt/llama -o anonymous,endpoint=" +
+                               server->endpoint() + " 2>/dev/null; }");
+  ASSERT_EQ(json.exit_code, 0) << json.output;
+  const nlohmann::json report = nlohmann::json::parse(json.output, nullptr, false);
+  ASSERT_TRUE(report.is_object()) << json.output;
+  EXPECT_EQ(report["location"], "gs://bkt/llama");
+  EXPECT_EQ(report["ok"], true);
+  EXPECT_EQ(report["files"].size(), 2u) << json.output;
+  std::vector<std::string> groups;
+  for (const auto& g : report["groups"]) groups.push_back(g["prefix"].get<std::string>());
+  EXPECT_THAT(groups, ::testing::ElementsAre("model.embed_tokens.", "model.layers.0.", "model.layers.1.",
+                                             "model.norm.", "lm_head."));
 }
 
 }  // namespace

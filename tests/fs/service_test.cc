@@ -40,36 +40,17 @@ using testing::ReadWhole;
 using testing::WriteFile;
 using testing::SameBytes;
 using testing::IsMounted;
+using testing::kHang;
+using testing::MetricSample;
+using testing::RandomBytes;
 using testing::RunCommand;
+using testing::ScrapeMetrics;
+using testing::UnmountOnExit;
+using testing::WaitUntil;
 using testing::TempDir;
 using testing::TensorfsBinary;
 using testing::TensorfsMount;
 using Clock = std::chrono::steady_clock;
-
-// How long a test waits for something that happens unless the code hangs:
-// far beyond any load, never a measure of speed (those are printed).
-constexpr auto kHang = std::chrono::seconds(60);
-
-// Polls `done` until it holds; false after kHang.
-template <typename Predicate>
-bool WaitUntil(Predicate done) {
-  const auto deadline = Clock::now() + kHang;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
-std::string RandomBytes(size_t n, uint64_t seed) {
-  std::string s(n, '\0');
-  std::mt19937_64 rng(seed);
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    uint64_t v = rng();
-    std::memcpy(s.data() + i, &v, 8);
-  }
-  return s;
-}
 
 // Mount points of `path` in /proc/self/mountinfo (a dead mount still counts).
 int MountCount(const std::string& path) {
@@ -84,66 +65,6 @@ int MountCount(const std::string& path) {
   }
   return n;
 }
-
-// Unmounts `path` on destruction if it is still mounted, so a failed ASSERT
-// leaves no mount behind.
-struct UnmountOnExit {
-  std::string path;
-  ~UnmountOnExit() {
-    if (IsMounted(path)) (void)RunCommand("fusermount3 -u " + path + " || umount -l " + path);
-  }
-};
-
-// A tensorfs started by the test itself (not through TensorfsMount, which waits
-// for the mount before returning): killed and unmounted on destruction.
-class Child {
- public:
-  Child(std::vector<std::string> args, std::vector<std::string> env, const std::string& log_path) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<char*> envp;
-    for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
-    for (std::string& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, STDOUT_FILENO);
-      ::dup2(fd, STDERR_FILENO);
-      ::execve(argv[0], argv.data(), envp.data());
-      ::_exit(127);
-    }
-    mountpoint_ = args.size() > 2 ? args[2] : "";
-  }
-  ~Child() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (!mountpoint_.empty() && IsMounted(mountpoint_)) {
-      (void)std::system(("umount -l " + mountpoint_ + " >/dev/null 2>&1").c_str());
-    }
-  }
-  pid_t pid() const { return pid_; }
-  // Waits for the exit; its status, or -1 after `timeout`.
-  int Wait(std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
-    while (Clock::now() < deadline) {
-      int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return status;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  std::string mountpoint_;
-};
 
 // The notification socket systemd would listen on.
 class NotifySocket {
@@ -193,12 +114,11 @@ TEST(SystemdNotifyTest, ReadyOnlyOnceTheMountAnswersThenStoppingOnSigterm) {
   WriteFile(src.path() + "/llama/model.safetensors", RandomBytes(1 << 20, 1));
   NotifySocket notify(run.path() + "/notify");
   ASSERT_TRUE(notify.bound()) << std::strerror(errno);
-  std::string log = run.path() + "/log";
-  Child child({TensorfsBinary(), src.path(), mnt.path(), "-f"}, {"NOTIFY_SOCKET=" + run.path() + "/notify"}, log);
+  auto child = TensorfsMount::Spawn(src.path(), mnt.path(), {}, {"NOTIFY_SOCKET=" + run.path() + "/notify"});
 
   std::vector<std::string> seen;
   std::string ready = notify.ReceiveUntil("READY=1", kHang, &seen);
-  ASSERT_FALSE(ready.empty()) << "no READY=1; log: " << ReadWhole(log);
+  ASSERT_FALSE(ready.empty()) << "no READY=1; log: " << child->Log();
   // At this moment, before anything else: the mount is there and answers.
   EXPECT_TRUE(IsMounted(mnt.path()));
   struct stat st;
@@ -208,16 +128,14 @@ TEST(SystemdNotifyTest, ReadyOnlyOnceTheMountAnswersThenStoppingOnSigterm) {
   EXPECT_EQ(seen.size(), 1u) << "READY=1 is the first message";
   EXPECT_TRUE(SameBytes(ReadWhole(mnt.path() + "/llama/model.safetensors"), ReadWhole(src.path() + "/llama/model.safetensors")));
 
-  ASSERT_EQ(::kill(child.pid(), SIGTERM), 0);
+  EXPECT_TRUE(child->StopWith(SIGTERM));  // exit status 0, unmounted
   std::string stopping = notify.ReceiveUntil("STOPPING=1", kHang, &seen);
-  EXPECT_FALSE(stopping.empty()) << "no STOPPING=1; log: " << ReadWhole(log);
+  EXPECT_FALSE(stopping.empty()) << "no STOPPING=1; log: " << child->Log();
   EXPECT_THAT(stopping, HasSubstr("STATUS=Unmounting " + mnt.path()));
-  int status = child.Wait(kHang);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status << "; " << ReadWhole(log);
-  EXPECT_FALSE(IsMounted(mnt.path()));
 
   // Under systemd, journald stamps the lines: tensorfs does not.
-  std::string first_line = ReadWhole(log).substr(0, ReadWhole(log).find('\n'));
+  const std::string log = child->Log();
+  std::string first_line = log.substr(0, log.find('\n'));
   EXPECT_THAT(first_line, ::testing::StartsWith("info ")) << first_line;
 }
 
@@ -230,7 +148,7 @@ TEST(SystemdNotifyTest, WithoutNotifySocketNothingBreaks) {
   auto mount = TensorfsMount::Start(src.path(), {}, &error);
   ASSERT_NE(mount, nullptr) << error;
   EXPECT_EQ(ReadWhole(mount->path() + "/f.txt"), "hi");
-  EXPECT_TRUE(mount->StopWith(SIGTERM, kHang)) << mount->Log();
+  EXPECT_TRUE(mount->StopWith(SIGTERM));
   EXPECT_THAT(mount->Log(), ::testing::ContainsRegex("^20[0-9][0-9]-")) << "a terminal's log lines carry the time";
 }
 
@@ -243,7 +161,7 @@ TEST(DeadMountTest, StartingAgainAfterSigkillRecoversTheMountPoint) {
   const std::string mnt = mount->path();
   ASSERT_EQ(ReadWhole(mnt + "/llama/model.safetensors").size(), 300000u);
 
-  EXPECT_FALSE(mount->StopWith(SIGKILL, kHang)) << "a killed tensorfs leaves its mount behind";
+  ASSERT_TRUE(mount->StopWith(SIGKILL));  // a killed tensorfs leaves its mount behind
   // A dead mount: what the kernel has to ask the daemon fails. (stat() of the
   // mount point itself may still be answered from the attribute cache.)
   struct statfs sfs;
@@ -270,17 +188,15 @@ TEST(DeadMountTest, ForegroundRestartRecoversToo) {
   auto first = TensorfsMount::Start(src.path(), {}, &error);
   ASSERT_NE(first, nullptr) << error;
   const std::string mnt = first->path();
-  EXPECT_FALSE(first->StopWith(SIGKILL, kHang));
+  ASSERT_TRUE(first->StopWith(SIGKILL));
   // What systemd's Restart=on-failure does: the same foreground command again.
-  TempDir run;
-  Child child({TensorfsBinary(), src.path(), mnt, "-f"}, {}, run.path() + "/log");
+  auto child = TensorfsMount::Spawn(src.path(), mnt, {});
   struct stat st;
-  EXPECT_TRUE(WaitUntil([&] { return ::stat((mnt + "/f.txt").c_str(), &st) == 0; })) << ReadWhole(run.path() + "/log");
-  EXPECT_EQ(ReadWhole(mnt + "/f.txt"), "after the crash") << ReadWhole(run.path() + "/log");
+  ASSERT_TRUE(WaitUntil([&] { return ::stat((mnt + "/f.txt").c_str(), &st) == 0; }, "the file through the new mount"))
+      << child->Log();
+  EXPECT_EQ(ReadWhole(mnt + "/f.txt"), "after the crash") << child->Log();
   EXPECT_EQ(MountCount(mnt), 1);
-  ::kill(child.pid(), SIGTERM);
-  EXPECT_NE(child.Wait(kHang), -1);
-  EXPECT_FALSE(IsMounted(mnt));
+  EXPECT_TRUE(child->StopWith(SIGTERM));
 }
 
 TEST(DeadMountTest, LiveMountsAndPlainDirectoriesAreLeftAlone) {
@@ -331,8 +247,8 @@ TEST(CommandLineServiceTest, BackgroundMountWithRelativePathsReadsFiles) {
   EXPECT_THAT(RunCommand("grep ' " + dir.path() + "/mnt ' /proc/mounts").output,
               ::testing::StartsWith(dir.path() + "/src "))
       << "the source is shown as an absolute path";
-  EXPECT_TRUE(WaitUntil([&] { return CwdOfProcess(TensorfsBinary(), {"src/", "mnt"}) == "/"; }))
-      << "the background process never went to /";
+  EXPECT_TRUE(WaitUntil([&] { return CwdOfProcess(TensorfsBinary(), {"src/", "mnt"}) == "/"; },
+                        "the background process to go to /"));
   EXPECT_TRUE(SameBytes(ReadWhole(dir.path() + "/mnt/llama/model.safetensors"),
                         ReadWhole(dir.path() + "/src/llama/model.safetensors")));
   EXPECT_EQ(RunCommand("fusermount3 -u " + dir.path() + "/mnt").exit_code, 0);
@@ -365,7 +281,7 @@ class Readers {
       int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT);
       if (fd < 0) break;
       off_t off = 0;
-      ssize_t n;
+      ssize_t n = 0;
       while (!stop_ && (n = ::pread(fd, buf, kBlock, off)) > 0) {
         off += n;
         bytes_ += static_cast<uint64_t>(n);
@@ -394,10 +310,9 @@ TEST(ShutdownTest, SigtermDuringReadsUnmountsAndExits) {
   ASSERT_NE(mount, nullptr) << error;
   for (std::string& f : files) f = mount->path() + "/" + f;
   Readers readers(files, 6);
-  WaitUntil([&] { return readers.bytes() >= (32u << 20); });
-  ASSERT_GE(readers.bytes(), 32u << 20) << "the readers are reading";
+  ASSERT_TRUE(WaitUntil([&] { return readers.bytes() >= (32u << 20); }, "the readers to read 32 MiB"));
   auto start = Clock::now();
-  EXPECT_TRUE(mount->StopWith(SIGTERM, kHang)) << mount->Log();
+  EXPECT_TRUE(mount->StopWith(SIGTERM));
   std::cerr << "exited and unmounted after "
             << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count() << " ms\n";
   readers.Join();
@@ -405,34 +320,12 @@ TEST(ShutdownTest, SigtermDuringReadsUnmountsAndExits) {
   EXPECT_EQ(MountCount(mount->path()), 0) << "no stale mount";
 }
 
-// A port nobody listens on right now.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr = {};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// tensorfs_NAME VALUE from a scrape; -1 if absent.
-double Sample(const std::string& text, const std::string& name) {
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
-}
+// The Prometheus port of the mounts here: the test's network namespace is its
+// own (the test sandbox), so nothing else holds it.
+constexpr int kPrometheusPort = 9464;
 
 // The Prometheus endpoint's value of `name`, or -1.
-double Scrape(int port, const std::string& name) {
-  auto result = RunCommand("curl -sf http://127.0.0.1:" + std::to_string(port) + "/metrics");
-  return result.exit_code == 0 ? Sample(result.output, name) : -1;
-}
+double Scrape(int port, const std::string& name) { return MetricSample(ScrapeMetrics(port), name); }
 
 TEST(ShutdownTest, SigtermDuringSlowGcsReadsUnmountsAndExits) {
   TempDir data;
@@ -445,7 +338,7 @@ TEST(ShutdownTest, SigtermDuringSlowGcsReadsUnmountsAndExits) {
   std::string error;
   auto server = testing::GcsTestServer::Start({.data_dir = data.path()}, &error);
   ASSERT_NE(server, nullptr) << error;
-  int port = FreePort();
+  const int port = kPrometheusPort;
   auto mount = TensorfsMount::Start("gs://ckpt",
                                     {"-o", "anonymous,endpoint=" + server->endpoint() +
                                                ",retry_deadline=10,stall_timeout=5,prometheus_port=" +
@@ -460,13 +353,13 @@ TEST(ShutdownTest, SigtermDuringSlowGcsReadsUnmountsAndExits) {
       R"([{"match": {"media": true}, "action": "delay_first_byte", "seconds": 600, "count": -1}])"));
   Readers readers(files, 4);
   double in_flight = 0;
-  WaitUntil([&] { return (in_flight = Scrape(port, "tensorfs_fetches_in_flight")) >= 2; });
-  ASSERT_GE(in_flight, 2) << "store reads in flight; log:\n" << mount->Log();
+  ASSERT_TRUE(WaitUntil([&] { return (in_flight = Scrape(port, "tensorfs_fetches_in_flight")) >= 2; },
+                        "two store reads in flight"))
+      << mount->Log();
   auto start = Clock::now();
-  bool stopped = mount->StopWith(SIGTERM, kHang);
+  ::testing::AssertionResult stopped = mount->StopWith(SIGTERM);
   auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
-  EXPECT_TRUE(stopped) << "tensorfs had not exited and unmounted after SIGTERM (" << took
-                       << " ms), with " << in_flight << " store reads in flight; log:\n" << mount->Log();
+  EXPECT_TRUE(stopped) << "with " << in_flight << " store reads in flight";
   std::cerr << "exited and unmounted after " << took << " ms with " << in_flight << " store reads in flight\n";
   readers.Join();  // the mount is gone: their reads have failed
   const std::string path = mount->path();
@@ -478,7 +371,7 @@ TEST(PrometheusMountTest, MetricsAreServedOnLoopbackAndCountReads) {
   TempDir src;
   std::string bytes = RandomBytes(5 << 20, 3);
   WriteFile(src.path() + "/llama/model.safetensors", bytes);
-  int port = FreePort();
+  const int port = kPrometheusPort;
   std::string error;
   auto mount = TensorfsMount::Start(src.path(), {"-o", "prometheus_port=" + std::to_string(port)}, &error);
   ASSERT_NE(mount, nullptr) << error;
@@ -503,17 +396,18 @@ TEST(PrometheusMountTest, MetricsAreServedOnLoopbackAndCountReads) {
   ASSERT_TRUE(SameBytes(ReadWhole(mount->path() + "/llama/model.safetensors"), bytes));
   auto after = RunCommand("curl -sSf " + url + "/metrics");
   ASSERT_EQ(after.exit_code, 0) << after.output;
-  EXPECT_GT(Sample(after.output, "tensorfs_read_requests_total"), Sample(before.output, "tensorfs_read_requests_total"));
-  EXPECT_GE(Sample(after.output, "tensorfs_served_bytes_total"),
-            Sample(before.output, "tensorfs_served_bytes_total") + static_cast<double>(bytes.size()));
-  EXPECT_GT(Sample(after.output, "tensorfs_fetch_latency_seconds_count"),
-            Sample(before.output, "tensorfs_fetch_latency_seconds_count"));
+  EXPECT_GT(MetricSample(after.output, "tensorfs_read_requests_total"),
+            MetricSample(before.output, "tensorfs_read_requests_total"));
+  EXPECT_GE(MetricSample(after.output, "tensorfs_served_bytes_total"),
+            MetricSample(before.output, "tensorfs_served_bytes_total") + static_cast<double>(bytes.size()));
+  EXPECT_GT(MetricSample(after.output, "tensorfs_fetch_latency_seconds_count"),
+            MetricSample(before.output, "tensorfs_fetch_latency_seconds_count"));
 
   auto other = RunCommand("curl -s -o /dev/null -w '%{http_code}' " + url + "/");
   EXPECT_EQ(other.output, "404");
   auto headers = RunCommand("curl -sSf -D - -o /dev/null " + url + "/metrics");
   EXPECT_THAT(headers.output, HasSubstr("Content-Type: text/plain; version=0.0.4"));
-  EXPECT_TRUE(mount->StopWith(SIGTERM, kHang));
+  EXPECT_TRUE(mount->StopWith(SIGTERM));
   EXPECT_NE(RunCommand("curl -sf " + url + "/metrics").exit_code, 0) << "the endpoint goes with the mount";
 }
 
@@ -559,7 +453,9 @@ TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
   EXPECT_EQ(ReadWhole(mnt.path() + "/f.txt"), "x");
   auto unmounted = RunCommand("fusermount3 -u " + mnt.path());
   ASSERT_EQ(unmounted.exit_code, 0) << unmounted.output;
-  WaitUntil([&] { return ReadWhole(log).find("unmounted") != std::string::npos; });
+  ASSERT_TRUE(WaitUntil([&] { return ReadWhole(log).find("unmounted") != std::string::npos; },
+                        "\"unmounted\" in the journal"))
+      << ReadWhole(log);
   std::string journal = ReadWhole(log);
   EXPECT_THAT(journal, HasSubstr("<6>info mounted " + src.path())) << journal;
   EXPECT_THAT(journal, HasSubstr("<6>info unmounted " + mnt.path())) << "logged after detaching:\n" << journal;
@@ -574,8 +470,8 @@ TEST(LogTest, BackgroundMountKeepsLoggingToTheJournal) {
   unmounted = RunCommand("fusermount3 -u " + mnt2.path());
   ASSERT_EQ(unmounted.exit_code, 0) << unmounted.output;
   // Whatever it logs on the way out, it has logged once it is gone.
-  EXPECT_TRUE(WaitUntil([&] { return CwdOfProcess(TensorfsBinary(), {src.path(), mnt2.path()}).empty(); }))
-      << "the background process did not exit after its unmount";
+  EXPECT_TRUE(WaitUntil([&] { return CwdOfProcess(TensorfsBinary(), {src.path(), mnt2.path()}).empty(); },
+                        "the background process to exit after its unmount"));
   EXPECT_THAT(ReadWhole(plain), ::testing::Not(HasSubstr("unmounted")));
 }
 
@@ -603,7 +499,8 @@ TEST(LogTest, FailedReadsWarnAtMostOncePerSecond) {
   }
   EXPECT_EQ(failed, 40) << "every read refused";
   // The count of what was held back comes on its own, without another warning.
-  EXPECT_TRUE(WaitUntil([&] { return mount->Log().find("similar warnings held back") != std::string::npos; }))
+  EXPECT_TRUE(WaitUntil([&] { return mount->Log().find("similar warnings held back") != std::string::npos; },
+                        "the count of warnings held back"))
       << mount->Log();
   std::string path = mount->path() + "/f0";
   int fd = ::open(path.c_str(), O_RDONLY);
@@ -652,7 +549,7 @@ TEST(LogTest, NoCredentialReachesTheLogAtTraceLevel) {
   // Revoked tokens draw a 401 and a refresh: the paths that talk about tokens.
   ASSERT_EQ(RunCommand("curl -sf -X POST " + server->endpoint() + "/_control/tokens/revoke").exit_code, 0);
   EXPECT_TRUE(SameBytes(ReadWhole(mount->path() + "/b.bin"), ReadWhole(data.path() + "/secure/b.bin")));
-  EXPECT_TRUE(mount->StopWith(SIGTERM, kHang));
+  EXPECT_TRUE(mount->StopWith(SIGTERM));
   std::string log = mount->Log();
   EXPECT_THAT(log, HasSubstr("refreshing the access token")) << "the refresh was logged:\n" << log;
   EXPECT_THAT(log, ::testing::Not(HasSubstr("tok-"))) << "an access token (the server issues tok-...)";

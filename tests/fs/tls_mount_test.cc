@@ -11,6 +11,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/mount_fixture.h"
+#include "tests/support/served_data_test.h"
 
 namespace tensorfs {
 namespace {
@@ -41,60 +42,49 @@ std::string MakeCa(const std::string& dir, const std::string& name, bool server)
   return r.exit_code == 0 ? "" : r.output;
 }
 
-class TlsMountTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
-    certs_ = new testing::TempDir();
+// A checkpoint served over TLS, and two CAs: one that signed the server's
+// certificate, one that did not.
+class TlsMountTest : public testing::ServedDataTest<TlsMountTest> {
+ public:
+  static constexpr char kDataKey[] = "tls_mount_test/llama-2x128-certs";
+  static void MakeData(const std::string& dir) {
     testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 2, .hidden = 128, .intermediate = 256,
                             .vocab = 512, .dtype = Dtype::F32};
-    auto written = testing::WriteCheckpoint(spec, {.num_shards = 1, .dir = data_->path() + "/ckpt/llama"});
+    auto written = testing::WriteCheckpoint(spec, {.num_shards = 1, .dir = dir + "/ckpt/llama"});
     ASSERT_TRUE(written.ok()) << written.status().ToString();
-    ASSERT_EQ(MakeCa(certs_->path(), "good", /*server=*/true), "");
-    ASSERT_EQ(MakeCa(certs_->path(), "other", /*server=*/false), "");
-    std::string error;
-    server_ = GcsTestServer::Start({.data_dir = data_->path(),
-                                    .extra_args = {"--tls-cert", certs_->path() + "/server.pem", "--tls-key",
-                                                   certs_->path() + "/server.key"}},
-                                   &error)
-                  .release();
-    ASSERT_NE(server_, nullptr) << error;
+    std::filesystem::create_directories(dir + "/certs");  // served as a bucket too: harmless
+    ASSERT_EQ(MakeCa(dir + "/certs", "good", /*server=*/true), "");
+    ASSERT_EQ(MakeCa(dir + "/certs", "other", /*server=*/false), "");
   }
-  static void TearDownTestSuite() {
-    delete server_;
-    delete certs_;
-    delete data_;
+  static std::vector<std::string> ServerArgs(const std::string& dir) {
+    return {"--tls-cert", dir + "/certs/server.pem", "--tls-key", dir + "/certs/server.key"};
   }
 
+ protected:
+  static std::string Certs() { return data_dir_ + "/certs"; }
   static std::string HttpsEndpoint() { return "https://127.0.0.1:" + std::to_string(server_->port()); }
   static std::string Mount(const std::string& mnt, const std::string& ca_file) {
     return TensorfsBinary() + " gs://ckpt " + mnt + " -o anonymous,retry_deadline=2,endpoint=" + HttpsEndpoint() +
            ",ca_file=" + ca_file;
   }
   static std::string Shard() {
-    for (const auto& e : fsys::directory_iterator(data_->path() + "/ckpt/llama")) {
+    for (const auto& e : fsys::directory_iterator(data_dir_ + "/ckpt/llama")) {
       if (e.path().extension() == ".safetensors") return "llama/" + e.path().filename().string();
     }
     return "";
   }
 
-  static testing::TempDir* data_;
-  static testing::TempDir* certs_;
-  static GcsTestServer* server_;
 };
-testing::TempDir* TlsMountTest::data_ = nullptr;
-testing::TempDir* TlsMountTest::certs_ = nullptr;
-GcsTestServer* TlsMountTest::server_ = nullptr;
 
 TEST_F(TlsMountTest, FilesReadOverHttpsWithCaFileEqualTheSource) {
   std::string error;
   auto mount = TensorfsMount::Start(
-      "gs://ckpt", {"-o", "anonymous,endpoint=" + HttpsEndpoint() + ",ca_file=" + certs_->path() + "/good-ca.pem"},
+      "gs://ckpt", {"-o", "anonymous,endpoint=" + HttpsEndpoint() + ",ca_file=" + Certs() + "/good-ca.pem"},
       &error);
   ASSERT_NE(mount, nullptr) << error;
   const std::string shard = Shard();
   ASSERT_FALSE(shard.empty());
-  std::string want = ReadWhole(data_->path() + "/ckpt/" + shard);
+  std::string want = ReadWhole(data_dir_ + "/ckpt/" + shard);
   ASSERT_GT(want.size(), 1u << 20);
   EXPECT_TRUE(SameBytes(ReadWhole(mount->path() + "/" + shard), want)) << mount->Log();
   EXPECT_GT(server_->Stats().value("bytes_served", 0), 0);
@@ -102,7 +92,7 @@ TEST_F(TlsMountTest, FilesReadOverHttpsWithCaFileEqualTheSource) {
 
 TEST_F(TlsMountTest, CaThatDidNotSignTheServerIsRefusedNamingEndpointAndFile) {
   testing::TempDir mnt;
-  const std::string ca = certs_->path() + "/other-ca.pem";
+  const std::string ca = Certs() + "/other-ca.pem";
   testing::CommandResult result = RunCommand(Mount(mnt.path(), ca));
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_THAT(result.output, HasSubstr("TLS certificate of " + HttpsEndpoint() + " not trusted by CA file " + ca));
@@ -111,7 +101,7 @@ TEST_F(TlsMountTest, CaThatDidNotSignTheServerIsRefusedNamingEndpointAndFile) {
 
 TEST_F(TlsMountTest, CaFileHoldingNoCertificateIsRefusedAtStart) {
   testing::TempDir mnt;
-  const std::string not_a_ca = certs_->path() + "/server.key";
+  const std::string not_a_ca = Certs() + "/server.key";
   testing::CommandResult result = RunCommand(Mount(mnt.path(), not_a_ca));
   EXPECT_EQ(result.exit_code, 2) << result.output;  // an invalid option: permanent
   EXPECT_THAT(result.output, HasSubstr("ca_file " + not_a_ca + " holds no PEM certificate"));
@@ -120,7 +110,7 @@ TEST_F(TlsMountTest, CaFileHoldingNoCertificateIsRefusedAtStart) {
 
 TEST_F(TlsMountTest, MissingCaFileIsRefusedAtStart) {
   testing::TempDir mnt;
-  const std::string missing = certs_->path() + "/missing.pem";
+  const std::string missing = Certs() + "/missing.pem";
   testing::CommandResult result = RunCommand(Mount(mnt.path(), missing));
   EXPECT_EQ(result.exit_code, 2) << result.output;  // an invalid option: permanent
   EXPECT_THAT(result.output, HasSubstr("ca_file " + missing + " cannot be read"));

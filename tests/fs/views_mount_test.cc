@@ -25,6 +25,7 @@ namespace {
 
 namespace fsys = std::filesystem;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::GcsTestServer;
 using testing::RunCommand;
 using testing::TensorfsMount;
@@ -57,60 +58,54 @@ const std::vector<Model>& Models() {
 class ViewsMountTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    data_ = new testing::TempDir();
-    source_ = new std::string(data_->path() + "/bucket");
-    for (const Model& m : Models()) {
-      auto written = testing::WriteCheckpoint(m.spec, {.num_shards = m.shards, .dir = (*source_) + "/" + m.dir});
-      ASSERT_TRUE(written.ok()) << written.status().ToString();
-    }
-    for (const std::string dtype : {"bf16", "f16", "f32"}) {
-      auto made = RunCommand(kPython + kSupport + "make_edge_checkpoint.py " + (*source_) + "/edge-" + dtype +
-                             " --dtype " + dtype + " --shards 2");
-      ASSERT_EQ(made.exit_code, 0) << made.output;
-    }
-    // A checkpoint whose second shard has a broken header, with an index that
-    // still says which tensors it held.
-    auto written = testing::WriteCheckpoint({.dtype = Dtype::BF16}, {.num_shards = 3, .dir = (*source_) + "/broken"});
-    ASSERT_TRUE(written.ok());
-    broken_shard_ = written->plan.shards[1].file_name;
-    std::fstream f((*source_) + "/broken/" + broken_shard_, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(8);
-    f.write("[[", 2);
-  }
-  static void TearDownTestSuite() {
-    delete source_;
-    delete data_;
-    source_ = nullptr;
-    data_ = nullptr;
+    data_ = testing::SharedData("views_mount_test/models-edge-broken", [](const std::string& dir) {
+      const std::string source = dir + "/bucket";
+      for (const Model& m : Models()) {
+        auto written = testing::WriteCheckpoint(m.spec, {.num_shards = m.shards, .dir = source + "/" + m.dir});
+        ASSERT_TRUE(written.ok()) << written.status().ToString();
+      }
+      for (const std::string dtype : {"bf16", "f16", "f32"}) {
+        auto made = RunCommand(kPython + kSupport + "make_edge_checkpoint.py " + source + "/edge-" + dtype +
+                               " --dtype " + dtype + " --shards 2");
+        ASSERT_EQ(made.exit_code, 0) << made.output;
+      }
+      // A checkpoint whose second shard has a broken header, with an index that
+      // still says which tensors it held.
+      auto written = testing::WriteCheckpoint({.dtype = Dtype::BF16}, {.num_shards = 3, .dir = source + "/broken"});
+      ASSERT_TRUE(written.ok());
+      const std::string broken = source + "/broken/" + written->plan.shards[1].file_name;
+      std::fstream f(broken, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(8);
+      f.write("[[", 2);
+    });
+    source_ = data_ + "/bucket";
+    // The shard whose header is broken: the generator names it the same way every time.
+    StatusOr<testing::CheckpointPlan> plan =
+        testing::PlanCheckpoint(testing::ModelSpec{.dtype = Dtype::BF16}, {.num_shards = 3});
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    broken_shard_ = plan->shards[1].file_name;
   }
   void SetUp() override {
     std::string error;
-    mount_ = TensorfsMount::Start((*source_), {}, &error);
+    mount_ = TensorfsMount::Start(source_, {}, &error);
     ASSERT_NE(mount_, nullptr) << error;
   }
 
   void CheckViews(const std::string& dir, const std::string& extra = "", TensorfsMount* mount = nullptr) {
     if (mount == nullptr) mount = mount_.get();
     auto result = RunCommand(kPython + kSupport + "check_views.py --mmap-loader --mount " + mount->path() + "/" + dir +
-                             " --source " + (*source_) + "/" + dir + " " + extra + " 2>&1");
+                             " --source " + source_ + "/" + dir + " " + extra + " 2>&1");
     EXPECT_EQ(result.exit_code, 0) << result.output << "\n" << mount->Log();
     EXPECT_THAT(result.output, HasSubstr(": OK"));
   }
 
-  static nlohmann::json Stats(const std::string& mountpoint) {
-    auto result = RunCommand(testing::TensorfsBinary() + " stats --json " + mountpoint);
-    return nlohmann::json::parse(result.output, nullptr, false);
-  }
+  static nlohmann::json Stats(const std::string& mountpoint) { return testing::MountStats(mountpoint); }
 
-  static testing::TempDir* data_;  // holds source_, served as a bucket by GcsViews
-  static std::string* source_;
-  static std::string broken_shard_;
+  inline static std::string data_;    // shared, read-only: holds source_, served as a bucket by GcsViews
+  inline static std::string source_;
+  inline static std::string broken_shard_;
   std::unique_ptr<TensorfsMount> mount_;
 };
-
-testing::TempDir* ViewsMountTest::data_ = nullptr;
-std::string* ViewsMountTest::source_ = nullptr;
-std::string ViewsMountTest::broken_shard_;
 
 TEST_F(ViewsMountTest, LlamaF32ViewsEqualTheReference) {
   CheckViews("llama-f32", "--expect-layers model.embed_tokens.,model.layers.0.,model.layers.1.,model.norm.,lm_head.");
@@ -118,6 +113,17 @@ TEST_F(ViewsMountTest, LlamaF32ViewsEqualTheReference) {
 TEST_F(ViewsMountTest, LlamaF16ViewsEqualTheReference) { CheckViews("llama-f16"); }
 TEST_F(ViewsMountTest, LlamaBf16ViewsEqualTheReference) { CheckViews("llama-bf16"); }
 TEST_F(ViewsMountTest, Qwen2ViewsEqualTheReference) { CheckViews("qwen2"); }
+
+// config.json of @bnb-nf4 and @bnb-int8 holds every key of the checker's
+// reference (the keys transformers' own serialization writes) and no other: a
+// run of the demo prints no warning.
+TEST_F(ViewsMountTest, BnbConfigsDrawNoWarningFromTheChecker) {
+  auto result = RunCommand(kPython + kSupport + "check_views.py --mount " + mount_->path() +
+                           "/llama-bf16 --source " + source_ + "/llama-bf16 --views @bnb-nf4,@bnb-int8 2>&1");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_THAT(result.output, HasSubstr(": OK"));
+  EXPECT_THAT(result.output, Not(HasSubstr("warning"))) << result.output;
+}
 TEST_F(ViewsMountTest, MixtralViewsEqualTheReference) { CheckViews("mixtral"); }
 TEST_F(ViewsMountTest, Gpt2ViewsEqualTheReference) {
   CheckViews("gpt2", "--expect-layers transformer.wte.,transformer.wpe.,transformer.h.0.,transformer.h.1.,transformer.ln_f.");
@@ -135,7 +141,7 @@ TEST_F(ViewsMountTest, EdgeValuesF32EqualTheReference) { CheckViews("edge-f32");
 
 TEST_F(ViewsMountTest, ViewsOverGcsEqualTheReference) {
   std::string error;
-  auto server = GcsTestServer::Start({.data_dir = data_->path()}, &error);
+  auto server = GcsTestServer::Start({.data_dir = data_}, &error);
   ASSERT_NE(server, nullptr) << error;
   auto mount = TensorfsMount::Start("gs://bucket", {"-o", "anonymous,endpoint=" + server->endpoint()}, &error);
   ASSERT_NE(mount, nullptr) << error;
@@ -145,7 +151,7 @@ TEST_F(ViewsMountTest, ViewsOverGcsEqualTheReference) {
 
 TEST_F(ViewsMountTest, LayerRegexNamesTheLayerFiles) {
   std::string error;
-  auto mount = TensorfsMount::Start(*source_, {"--layer-regex", "^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)"}, &error);
+  auto mount = TensorfsMount::Start(source_, {"--layer-regex", "^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)"}, &error);
   ASSERT_NE(mount, nullptr) << error;
   CheckViews("llama-bf16",
              "--views splitted_model,@stacked --layer-regex '^(model\\.layers\\.\\d+\\.(self_attn|mlp)\\.)' "
@@ -164,7 +170,7 @@ TEST_F(ViewsMountTest, CorruptShardFailsOnlyTheViewFilesThatNeedIt) {
   // The other shards' mirrors and the shard itself (as a plain file) read.
   EXPECT_EQ(testing::ReadWhole(dir + "@bf16/model-00001-of-00003.safetensors").size(),
             fsys::file_size(dir + "@bf16/model-00001-of-00003.safetensors"));
-  EXPECT_EQ(testing::ReadWhole(dir + broken_shard_), testing::ReadWhole((*source_) + "/broken/" + broken_shard_));
+  EXPECT_EQ(testing::ReadWhole(dir + broken_shard_), testing::ReadWhole(source_ + "/broken/" + broken_shard_));
   int failed = 0;
   int read = 0;
   for (const auto& e : fsys::directory_iterator(dir + "splitted_model")) {
@@ -200,14 +206,13 @@ TEST_F(ViewsMountTest, ReadingOneLayerFileFetchesAtMostATenthMoreThanItsSource) 
     const std::string file = mount->path() + "/m/" + view + "/model.layers.3.safetensors";
     ASSERT_TRUE(fsys::exists(file));
     auto idle = [&] {
-      for (int i = 0; i < 200 && Stats(mount->path())["fetches_in_flight"] != 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      return testing::WaitUntil([&] { return Stats(mount->path())["fetches_in_flight"] == 0; },
+                                "the fetches in flight to end");
     };
-    idle();
+    ASSERT_TRUE(idle());
     const uint64_t before = Stats(mount->path())["bytes_fetched"];
     EXPECT_EQ(testing::ReadWhole(file).size(), fsys::file_size(file));
-    idle();
+    ASSERT_TRUE(idle());
     const uint64_t fetched = Stats(mount->path())["bytes_fetched"].get<uint64_t>() - before;
     std::printf("%s/model.layers.3.safetensors: fetched %llu bytes for a layer of %llu (%.3fx)\n", view.c_str(),
                 static_cast<unsigned long long>(fetched), static_cast<unsigned long long>(layer),

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # systemd_unit_test.sh SOURCE_DIR TENSORFS_BINARY
 #
-# Checks packaging/systemd/tensorfs@.service:
+# Checks packaging/systemd/tensorfs@.service without booting (the booted test,
+# tests/systemd/boot_test.sh, checks what is in force in a running system):
 #  - systemd-analyze verify reports nothing, for an instance (tensorfs@mnt-models);
 #    verify insists that ExecStart's binary exists, so the copy it checks runs
 #    the built binary instead of /usr/bin/tensorfs (the only change made);
 #  - no setting gives the service its own mount namespace, which would hide the
-#    mount from everyone else;
-#  - what the service relies on is there: Type=notify, NotifyAccess=main,
-#    /dev/fuse allowed, Restart=on-failure, ExecStart running in the foreground;
+#    mount from everyone else (a lint: such a setting is easy to add by mistake);
+#  - the ExecStart line expands to a command line tensorfs accepts;
 #  - (as root) ExecStopPost's script detaches a mount left dead by a killed
 #    tensorfs, and leaves a live mount and a plain directory alone.
 set -euo pipefail
@@ -55,18 +55,6 @@ for key in PrivateTmp PrivateDevices PrivateMounts PrivateUsers PrivateIPC Priva
   fi
 done
 
-check "Type=notify" grep -qx 'Type=notify' "$unit"
-check "NotifyAccess=main" grep -qx 'NotifyAccess=main' "$unit"
-check "DeviceAllow=/dev/fuse rw" grep -qx 'DeviceAllow=/dev/fuse rw' "$unit"
-check "Restart=on-failure" grep -qx 'Restart=on-failure' "$unit"
-check "NoNewPrivileges=yes" grep -qx 'NoNewPrivileges=yes' "$unit"
-check "RestrictAddressFamilies=" grep -q '^RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' "$unit"
-check "ExecStart runs in the foreground (-f)" grep -Eq '^ExecStart=.* -f( |$)' "$unit"
-check "the example configuration names both variables" \
-  grep -q '^TENSORFS_SOURCE=' "$src/packaging/systemd/tensorfs.conf.example"
-check "the example configuration names both variables" \
-  grep -q '^TENSORFS_OPTIONS=' "$src/packaging/systemd/tensorfs.conf.example"
-
 # The ExecStart line expands to a command line tensorfs accepts: the options as
 # the service would pass them, with and without TENSORFS_OPTIONS.
 for opts in "" "allow_other,log_level=debug"; do
@@ -96,8 +84,12 @@ if [[ $(id -u) -eq 0 && -c /dev/fuse ]]; then
 
   "$binary" "$work/src" "$work/mnt" -f 2>"$work/log" &
   pid=$!
-  for _ in $(seq 100); do mountpoint -q "$work/mnt" && break; sleep 0.05; done
-  cat "$work/mnt/f.txt" >/dev/null
+  for i in $(seq 1201); do  # 120 s only catch a hang
+    mountpoint -q "$work/mnt" && break
+    [[ $i -le 1200 ]] || { echo "FAIL: not mounted after 120 s: $(cat "$work/log")" >&2; exit 1; }
+    sleep 0.1
+  done
+  grep -qx hello "$work/mnt/f.txt" || { echo "FAIL: the mount does not read: $(cat "$work/log")" >&2; exit 1; }
   kill -KILL $pid
   wait $pid 2>/dev/null || true
   if stat -f "$work/mnt" >/dev/null 2>&1; then

@@ -697,28 +697,29 @@ class ShapingAndStatsTest(ServerTest):
         self.assertLessEqual(5e6 / elapsed, 1.3 * rate)
 
     def test_parallel_large_ranges_without_shaping_arrive_whole(self):
-        """Prints the throughput (a figure, not a pass mark: the machine's load
-        decides it); each range arrives whole (fetch checks status and length)."""
+        """Four connections at once, two 16 MiB ranges each, without shaping
+        (the sendfile path): each range arrives whole (fetch checks the status
+        and the length). The server's speed is bench/'s to measure."""
         length = 16 << 20
-        per_thread = 8
+        per_thread = 2
         c = [self.s.conn() for _ in range(4)]
+        errors = []
 
-        def worker(conn):
-            for i in range(per_thread):
-                self.fetch((i * length) % BIG_SIZE, length, conn)
+        def worker(k, conn):
+            try:
+                for i in range(per_thread):
+                    self.fetch(((k * per_thread + i) * length) % BIG_SIZE, length, conn)
+            except Exception as e:  # reported on the test's thread
+                errors.append(e)
 
-        threads = [threading.Thread(target=worker, args=(conn,)) for conn in c]
-        start = time.monotonic()
+        threads = [threading.Thread(target=worker, args=(k, conn)) for k, conn in enumerate(c)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        elapsed = time.monotonic() - start
         for conn in c:
             conn.close()
-        mbps = 4 * per_thread * length / elapsed / 1e6
-        sys.stderr.write(f"\n  [throughput, shaping off: 4 connections x {per_thread} x 16 MiB ranges: "
-                         f"{mbps:.0f} MB/s] ")
+        self.assertEqual(errors, [])
 
     def test_counters(self):
         self.s.request("GET", "/storage/v1/b/objs/o?prefix=s")
@@ -747,4 +748,6 @@ class ShapingAndStatsTest(ServerTest):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from daemon_check import run_tests
+    run_tests()

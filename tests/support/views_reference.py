@@ -4,7 +4,7 @@
 Independent of the C++ code: everything here follows the published algorithms
 of bitsandbytes (csrc/kernels.cu, bitsandbytes/functional.py), the layout that
 AirLLM writes and reads (airllm/utils.py, persist/safetensor_model_persister.py)
-and the safetensors file format, as the views (core/views/views.h, README "Virtual views") pin them down.
+and the safetensors file format, as the views (core/views/views.h, docs/VIEWS.md) pin them down.
 
 Contents
   - safetensors: parse_header / parse_file / serialize_header / serialize_file
@@ -886,16 +886,32 @@ def bnb_compute_dtype(src):
     return None
 
 
+# The keys of a bitsandbytes quantization_config as transformers writes it:
+# save_pretrained() stores BitsAndBytesConfig.to_dict(), which is the object's
+# __dict__ (quant_method and the private _load_in_4bit and _load_in_8bit
+# included) plus load_in_4bit and load_in_8bit. Reading the config back,
+# BitsAndBytesConfig.__init__ takes those three private keys as expected kwargs
+# (its _exclude_attributes_at_init), and vLLM reads the keys it needs and
+# ignores the rest: a view that writes them all is what a pre-quantized
+# checkpoint saved by transformers holds.
+BNB_CONFIG_KEYS = (
+    "quant_method", "_load_in_4bit", "_load_in_8bit", "load_in_4bit", "load_in_8bit",
+    "bnb_4bit_quant_type", "bnb_4bit_use_double_quant", "bnb_4bit_compute_dtype", "bnb_4bit_quant_storage",
+    "llm_int8_threshold", "llm_int8_has_fp16_weight", "llm_int8_skip_modules", "llm_int8_enable_fp32_cpu_offload")
+
+
 def quantization_config(src, view):
-    if view == "@bnb-nf4":
-        return OrderedDict([
-            ("quant_method", "bitsandbytes"), ("load_in_4bit", True), ("load_in_8bit", False),
-            ("bnb_4bit_quant_type", "nf4"), ("bnb_4bit_use_double_quant", False),
-            ("bnb_4bit_compute_dtype", bnb_compute_dtype(src)), ("bnb_4bit_quant_storage", "uint8"),
-            ("llm_int8_threshold", 6.0)])
+    """config.json's quantization_config in @bnb-nf4 or @bnb-int8: every key of
+    BNB_CONFIG_KEYS. The 4-bit keys of the int8 view (which loaders ignore for
+    8-bit weights) carry the NF4 view's values."""
+    nf4 = view == "@bnb-nf4"
     return OrderedDict([
-        ("load_in_8bit", True), ("load_in_4bit", False), ("llm_int8_threshold", 6.0),
-        ("llm_int8_has_fp16_weight", False)])
+        ("quant_method", "bitsandbytes"), ("_load_in_4bit", nf4), ("_load_in_8bit", not nf4),
+        ("load_in_4bit", nf4), ("load_in_8bit", not nf4),
+        ("bnb_4bit_quant_type", "nf4"), ("bnb_4bit_use_double_quant", False),
+        ("bnb_4bit_compute_dtype", bnb_compute_dtype(src)), ("bnb_4bit_quant_storage", "uint8"),
+        ("llm_int8_threshold", 6.0), ("llm_int8_has_fp16_weight", False), ("llm_int8_skip_modules", None),
+        ("llm_int8_enable_fp32_cpu_offload", False)])
 
 
 def build_view(src, view, qz=None):
@@ -963,7 +979,7 @@ def build_view(src, view, qz=None):
 
 
 # ----------------------------------------------------------------------------
-# @stacked: layer families stacked along a leading axis (README "@stacked")
+# @stacked: layer families stacked along a leading axis (docs/VIEWS.md, "@stacked")
 # ----------------------------------------------------------------------------
 
 MAX_INDEX_DIGITS = 9

@@ -1,47 +1,54 @@
 #!/usr/bin/env bash
-# boot_test.sh BUILD_DIR
+# boot_test.sh DEB|DIR [ROOT]
 #
 # tensorfs under a booted systemd, as a new user meets it: a Debian 12 root
-# (debootstrap from the mirror apt uses, made once and kept under
-# /var/cache/tensorfs-test/bookworm) is booted with systemd as PID 1 by
-# systemd-nspawn -b, with /dev/fuse and /dev/autofs bound in and the host's
-# network (the project's GCS test server runs on the host's loopback). The
-# package that cpack builds from BUILD_DIR is installed in it with
-# `apt install ./tensorfs_*.deb`. Checked, with README's fstab lines and unit
+# (ROOT, made by packaging/make-test-root.sh if missing; default
+# $TENSORFS_TEST_ROOT) is booted with systemd as PID 1 by systemd-nspawn -b,
+# with /dev/fuse and /dev/autofs bound in and the test's network (the project's
+# GCS test server runs on its loopback). The package DEB (built once per run by
+# cpack, the ctest fixture "deb") is installed in it with
+# `apt install ./tensorfs_*.deb`. Checked, with the fstab lines and unit
 # steps:
 #   - an fstab line mounted at boot reads right (sha256 of every file);
-#   - README's x-systemd.automount line mounts on first access (printed: how long);
-#   - tensorfs@.service: enable --now, reads right, stop and start;
+#   - the x-systemd.automount line mounts on first access (printed: how long);
+#   - tensorfs@.service: enable --now, reads right, the hardening in force in
+#     the running service (its capability bounding set, seccomp filter and
+#     no_new_privs, as /proc shows them; RestartPreventExitStatus=), stop (exit
+#     status 0) and start;
 #   - the .mount unit of the fstab line: stop and start;
 #   - a missing bucket (unit and fstab) ends "failed" without restarts, exit
 #     status 4, the reason in `journalctl -p err`;
 #   - the server down: the unit gives up after startup_deadline with tensorfs'
 #     own reason in `journalctl -p err`, and is restarted (a transient error);
+#   - the package itself, inside the booted system (tests/packaging/
+#     deb_package_test.sh): its files and dependencies, daemon-reload on
+#     removal and on installation, `mount -t tensorfs`, nothing left after purge;
 #   - power-off with the mounts up ends cleanly.
-# The container runs on an overlay of the cached root: the cache stays clean and
-# everything the run made is removed at exit. Exits 77 (skipped) when not root
-# or without systemd-nspawn, debootstrap, /dev/fuse or /dev/autofs
-# (packaging/install-deps.sh installs the tools).
+# The container runs on an overlay of ROOT: ROOT stays clean, and everything
+# the run made is removed at exit. The host is not changed: run under the test
+# sandbox (ctest), the mounts and /run/systemd/nspawn are the test's own.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${1:?usage: boot_test.sh BUILD_DIR}" && pwd)
+deb=${1:?usage: boot_test.sh DEB|DIR [ROOT]}
+if [[ -d $deb ]]; then  # the directory the "deb" fixture built the package in
+  debs=("$deb"/tensorfs_*.deb)
+  [[ ${#debs[@]} -eq 1 && -f ${debs[0]} ]] || { echo "FAIL: expected one tensorfs_*.deb in $deb: ${debs[*]}" >&2; exit 1; }
+  deb=${debs[0]}
+fi
+deb=$(realpath "$deb")
+cache=${2:-${TENSORFS_TEST_ROOT:?usage: boot_test.sh DEB ROOT (or TENSORFS_TEST_ROOT)}}
 
-skip() {
-  echo "skipped: $*"
-  exit 77
+die() {
+  echo "FAIL: $*" >&2
+  exit 1
 }
-[[ $(id -u) -eq 0 ]] || skip "booting a container needs root"
-for tool in systemd-nspawn debootstrap nsenter cpack; do
-  command -v "$tool" >/dev/null || skip "$tool is not installed"
+[[ $(id -u) -eq 0 ]] || die "booting a container needs root"
+for tool in systemd-nspawn nsenter; do
+  command -v "$tool" >/dev/null || die "$tool is not installed (packaging/install-deps.sh)"
 done
-[[ -c /dev/fuse && -c /dev/autofs ]] || skip "/dev/fuse or /dev/autofs is missing"
-
-cache=${TENSORFS_BOOT_TEST_ROOT:-/var/cache/tensorfs-test/bookworm}
-mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $3 == "bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-mirror=${mirror:-http://deb.debian.org/debian}
-# What tensorfs' package depends on is included, so that installing it needs no download.
-include=systemd,systemd-sysv,dbus,fuse3,libcurl4,libssl3,libspdlog1.10,libfmt9,ca-certificates,procps,util-linux
+[[ -c /dev/fuse && -c /dev/autofs ]] || die "/dev/fuse or /dev/autofs is missing"
+[[ -f $deb ]] || die "no package $deb"
+bash "$src/packaging/make-test-root.sh" "$cache"  # waits for a build in progress
 
 failures=0
 pass() { echo "PASS: $*"; }
@@ -49,24 +56,18 @@ failed() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))
 }
-die() {
-  echo "FAIL: $*" >&2
-  exit 1
+# Polls COMMAND... every 0.1 s until it succeeds; fails the test, naming WHAT,
+# after 120 s (which only a hang takes).
+wait_for() {  # WHAT COMMAND...
+  local what=$1
+  shift
+  for _ in $(seq 1200); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  failed "timed out after 120 s waiting for $what"
+  return 1
 }
-
-mkdir -p "$(dirname "$cache")"
-exec 8>"$cache.lock"  # one run at a time per cache (and per machine's /run/systemd/nspawn)
-flock -w 900 8 || die "another boot test holds $cache.lock"
-if [[ ! -d $cache ]]; then
-  echo "== debootstrap bookworm from $mirror into $cache (once; later runs reuse it)"
-  rm -rf "$cache.partial"
-  if ! debootstrap --variant=minbase --include="$include" bookworm "$cache.partial" "$mirror" >"$cache.log" 2>&1; then
-    tail -20 "$cache.log"
-    rm -rf "$cache.partial"
-    die "debootstrap failed (log: $cache.log)"
-  fi
-  mv "$cache.partial" "$cache"
-fi
 
 work=$(mktemp -d /tmp/tensorfs-boot-test.XXXXXX)
 merged=$work/root
@@ -98,11 +99,7 @@ if [[ $(stat -f -c %T /run/systemd/nspawn 2>/dev/null || stat -f -c %T /run) != 
   nspawn_tmpfs=1
 fi
 
-echo "== cpack -G DEB"
-(cd "$build" && cpack -G DEB -B "$work/pkg" >"$work/cpack.log" 2>&1) || { tail -20 "$work/cpack.log"; die "cpack"; }
-debs=("$work"/pkg/tensorfs_*.deb)
-[[ -f ${debs[0]} ]] || die "cpack made no tensorfs_*.deb"
-echo "built $(basename "${debs[0]}")"
+debs=("$deb")
 
 echo "== a checkpoint on the GCS test server"
 mkdir -p "$work/gcs/ckpt/llama" "$work/gcs/other"
@@ -139,7 +136,7 @@ mkdir -p "$work/upper" "$work/overlay-work" "$merged"
 mount -t overlay overlay -o "lowerdir=$cache,upperdir=$work/upper,workdir=$work/overlay-work" "$merged"
 touch "$merged/$marker"
 mkdir -p "$merged/root/pkg"
-cp "${debs[0]}" "$merged/root/pkg/"
+cp "${debs[0]}" "$src/tests/packaging/deb_package_test.sh" "$merged/root/pkg/"
 if ! systemd-nspawn -q -D "$merged" --register=no --keep-unit --chdir=/root/pkg \
   sh -c 'apt install -y ./tensorfs_*.deb' >"$work/apt.log" 2>&1; then
   tail -20 "$work/apt.log"
@@ -147,14 +144,14 @@ if ! systemd-nspawn -q -D "$merged" --register=no --keep-unit --chdir=/root/pkg 
 fi
 pass "apt install ./$(basename "${debs[0]}")"
 
-# README's fstab lines, pointed at the test server.
+# The fstab lines of docs/CONFIGURATION.md, pointed at the test server.
 cat >>"$merged/etc/fstab" <<FSTAB
 gs://ckpt/llama      /mnt/boot     tensorfs  ro,_netdev,nofail,allow_other,$gs  0 0
 gs://ckpt/llama      /mnt/auto     tensorfs  ro,_netdev,nofail,x-systemd.automount,allow_other,$gs  0 0
 gs://no-such-bucket  /mnt/missing  tensorfs  ro,_netdev,nofail,allow_other,$gs  0 0
 FSTAB
 mkdir -p "$merged"/mnt/{boot,auto,missing,svc,nobucket,down}
-# README's unit steps: the example configuration, edited.
+# The unit steps of docs/CONFIGURATION.md: the example configuration, edited.
 conf() {  # INSTANCE SOURCE OPTIONS
   sed -e "s|^TENSORFS_SOURCE=.*|TENSORFS_SOURCE=$2|" -e "s|^TENSORFS_OPTIONS=.*|TENSORFS_OPTIONS=$3|" \
     "$merged/usr/share/doc/tensorfs/examples/tensorfs.conf.example" >"$merged/etc/tensorfs/$1.conf"
@@ -217,7 +214,7 @@ ct systemctl stop mnt-boot.mount && ! ct findmnt -n /mnt/boot >/dev/null && pass
 ct systemctl start mnt-boot.mount && ct findmnt -n -t fuse.tensorfs /mnt/boot >/dev/null &&
   pass "systemctl start mnt-boot.mount mounts again" || failed "systemctl start mnt-boot.mount"
 
-echo "== README's x-systemd.automount line, on first access"
+echo "== the x-systemd.automount line of docs/CONFIGURATION.md, on first access"
 start=$(date +%s.%N)
 if ct timeout 60 ls /mnt/auto >/dev/null; then
   printf 'PASS: first access of /mnt/auto answered after %.2f s\n' "$(echo "$(date +%s.%N) - $start" | bc)"
@@ -236,19 +233,34 @@ else
   failed "tensorfs@mnt-svc.service did not start: $(ct journalctl -q --no-pager -u tensorfs@mnt-svc.service | tail -5)"
 fi
 same_bytes /mnt/svc "unit"
+# The unit's hardening, as the kernel applies it to the running service.
+main_pid=$(ct systemctl show -P MainPID tensorfs@mnt-svc.service)
+status=$(ct cat "/proc/$main_pid/status")
+capbnd=$(awk '/^CapBnd:/ {print $2}' <<<"$status")
+# CAP_SYS_ADMIN (21) and CAP_DAC_READ_SEARCH (2): nothing else.
+[[ $((16#$capbnd)) -eq $(((1 << 21) | (1 << 2))) ]] && pass "CapabilityBoundingSet in force: CapBnd $capbnd" ||
+  failed "CapBnd of the running service is $capbnd, not CAP_SYS_ADMIN CAP_DAC_READ_SEARCH"
+[[ $(awk '/^Seccomp:/ {print $2}' <<<"$status") == 2 ]] && pass "SystemCallFilter in force: a seccomp filter" ||
+  failed "no seccomp filter on the running service: $(grep -E '^Seccomp' <<<"$status")"
+[[ $(awk '/^NoNewPrivs:/ {print $2}' <<<"$status") == 1 ]] && pass "NoNewPrivileges in force" ||
+  failed "no_new_privs is not set on the running service"
+prevent=$(ct systemctl show -P RestartPreventExitStatus tensorfs@mnt-svc.service)
+[[ $prevent == "2 3 4 5" ]] && pass "RestartPreventExitStatus=$prevent" || failed "RestartPreventExitStatus=$prevent"
 ct systemctl stop tensorfs@mnt-svc.service && ! ct findmnt -n /mnt/svc >/dev/null && pass "stop unmounts" ||
   failed "systemctl stop tensorfs@mnt-svc.service"
+show=$(ct systemctl show -p Result -p ExecMainCode -p ExecMainStatus tensorfs@mnt-svc.service | tr '\n' ' ')
+[[ $show == *Result=success* && $show == *ExecMainCode=1* && $show == *ExecMainStatus=0* ]] &&
+  pass "stopped with SIGTERM, tensorfs exited 0: $show" || failed "after stop: $show"
 ct timeout 120 systemctl start tensorfs@mnt-svc.service && ct findmnt -n -t fuse.tensorfs /mnt/svc >/dev/null &&
   pass "start mounts again" || failed "systemctl start tensorfs@mnt-svc.service"
 
 echo "== a missing bucket ends failed, without restarts"
 ct timeout 120 systemctl start tensorfs@mnt-nobucket.service && failed "a missing bucket started"
-for _ in $(seq 600); do
-  [[ $(ct systemctl show -P ActiveState tensorfs@mnt-nobucket.service) == failed ]] && break
-  sleep 0.1
-done
-sleep 6  # longer than RestartSec: a restart would show now
-show=$(ct systemctl show -p ActiveState -p NRestarts -p ExecMainStatus tensorfs@mnt-nobucket.service | tr '\n' ' ')
+# "failed" is final: a restart to come would show as activating (auto-restart)
+# for RestartSec, never as failed.
+unit_failed() { [[ $(ct systemctl show -P ActiveState "$1") == failed ]]; }
+wait_for "tensorfs@mnt-nobucket.service to end failed" unit_failed tensorfs@mnt-nobucket.service || true
+show=$(ct systemctl show -p ActiveState -p SubState -p NRestarts -p ExecMainStatus tensorfs@mnt-nobucket.service | tr '\n' ' ')
 [[ $show == *ActiveState=failed* && $show == *NRestarts=0* && $show == *ExecMainStatus=4* ]] &&
   pass "tensorfs@mnt-nobucket.service: $show" || failed "tensorfs@mnt-nobucket.service: $show"
 journal_err tensorfs@mnt-nobucket.service | grep -q "no-such-bucket not found" &&
@@ -265,11 +277,20 @@ ct timeout 120 systemctl start tensorfs@mnt-down.service && failed "started with
 journal_err tensorfs@mnt-down.service | grep -q "tensorfs.*gave up after" &&
   pass "journalctl -p err -u tensorfs@mnt-down.service: $(journal_err tensorfs@mnt-down.service | grep "gave up" | tail -1)" ||
   failed "no 'gave up' at err priority: $(ct journalctl -q --no-pager -u tensorfs@mnt-down.service | tail -5)"
-sleep 6  # RestartSec
-restarts=$(ct systemctl show -P NRestarts tensorfs@mnt-down.service)
-[[ $restarts -ge 1 ]] && pass "a transient failure is restarted (NRestarts=$restarts)" ||
-  failed "not restarted: NRestarts=$restarts"
+restarted() { [[ $(ct systemctl show -P NRestarts tensorfs@mnt-down.service) -ge 1 ]]; }
+wait_for "tensorfs@mnt-down.service to be restarted" restarted &&
+  pass "a transient failure is restarted (NRestarts=$(ct systemctl show -P NRestarts tensorfs@mnt-down.service))"
 ct systemctl stop tensorfs@mnt-down.service
+
+echo "== the package in the booted system"
+# The units and mounts that run the installed binary stop first.
+ct systemctl stop mnt-boot.mount mnt-auto.automount mnt-auto.mount tensorfs@mnt-svc.service >/dev/null 2>&1 || true
+if ct sh /root/pkg/deb_package_test.sh "/root/pkg/$(basename "${debs[0]}")"; then
+  pass "deb_package_test.sh in the booted system"
+else
+  failed "deb_package_test.sh in the booted system"
+fi
+ct systemctl start mnt-boot.mount tensorfs@mnt-svc.service >/dev/null 2>&1 || true
 
 echo "== power-off with the mounts up"
 ct findmnt -n -t fuse.tensorfs -o TARGET | tr '\n' ' '

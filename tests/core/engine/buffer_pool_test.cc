@@ -2,6 +2,7 @@
 // last holder of its chunk lets go (a reply in flight included), idle buffers
 // stay within their bound and lifetime, and the read engine reuses buffers.
 #include "core/engine/buffer_pool.h"
+#include "tests/support/test_util.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -159,11 +160,7 @@ TEST(BufferPoolTest, IdleBuffersAreUnmappedAfterTheirLifetime) {
   BufferPool pool(o);
   pool.Release(pool.Acquire(4 * kPage));
   ASSERT_EQ(pool.counters().idle_buffers, 1u);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (pool.counters().idle_buffers > 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(pool.counters().idle_buffers, 0u);
+  ASSERT_TRUE(testing::WaitUntil([&] { return pool.counters().idle_buffers == 0; }, "the idle buffer to be unmapped"));
   EXPECT_EQ(pool.counters().idle_bytes, 0u);
 }
 

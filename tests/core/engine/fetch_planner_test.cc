@@ -45,6 +45,7 @@ class RecordingHost : public FetchPlanner::Host {
     ++state.jobs;
     queued.push_back(Queued{std::move(job), prefetch});
   }
+  uint64_t FileReadaheadOf(const ObjectState&, const AccessModel::ActivePattern&) override { return 0; }
 
   std::vector<ByteRange> Ranges() const {
     std::vector<ByteRange> out;
@@ -203,7 +204,7 @@ TEST_F(FetchPlannerTest, AReaderNearTheEndHasTheNextFileStartedOnceItsHeadIsIn) 
   // Its head is in: the planner continues into it from its start.
   successor.plan = std::make_shared<const ChunkPlan>(ChunkPlan::Aligned(next.size, kHead, kChunk));
   host_.queued.clear();
-  planner_.ContinueInto(successor, successor.continue_bytes);
+  planner_.ContinueInto(successor, successor.continue_bytes, successor.continue_process);
   ASSERT_FALSE(host_.queued.empty());
   EXPECT_EQ(host_.queued.front().job.object.name, next.name);
   EXPECT_EQ(host_.queued.front().job.range, successor.plan->Chunk(1));

@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "tests/support/test_util.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
@@ -70,21 +71,11 @@ class ReadEngineTest : public ::testing::Test {
                          .prefetch_window = 256 << 10, .head_size = 16 << 10};
   }
   const std::string& Source(const ObjectInfo& o) { return sources_.at(o.name); }
-  // Waits until no fetch has started or run for 100 ms; fails after 60 s (a
-  // fetch that never ends).
-  void WaitIdle(const ControlledStore& store) {
-    size_t seen = store.reads().size();
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    for (int quiet = 0; quiet < 10;) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        ADD_FAILURE() << "the engine's fetches did not stop in 60 s";
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      size_t now = store.reads().size();
-      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
-      seen = now;
-    }
+  // Waits until the engine has no fetch queued or running (no read comes
+  // meanwhile to start more); fails after kHang, which only a runaway
+  // prefetch takes.
+  void WaitIdle(ReadEngine& engine) {
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   }
 
   MemoryStore memory_;
@@ -127,7 +118,7 @@ TEST_F(ReadEngineTest, ConcurrentReadsOfOneChunkShareOneFetch) {
   options.prefetch_window = 64 << 10;
   ReadEngine engine(store, options, metrics_);
   ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // plan known
-  WaitIdle(store);
+  WaitIdle(engine);
   auto plan = engine.PlanOf(shard_.id());
   // The last chunk: no prefetch can have fetched it.
   ByteRange target = plan->Chunk(plan->size() - 1);
@@ -231,7 +222,7 @@ TEST_F(ReadEngineTest, FarJumpFetchesOnlyTheTensorItLandsIn) {
   const std::string& src = Source(shard_);
   auto header = ParseSafetensorsFile(shard_.name, std::as_bytes(std::span(src)));
   ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
   size_t before = store.reads().size();
   // The largest tensor that does not start in the head chunk.
   auto plan = engine.PlanOf(shard_.id());
@@ -242,7 +233,7 @@ TEST_F(ReadEngineTest, FarJumpFetchesOnlyTheTensorItLandsIn) {
   ASSERT_NE(big, nullptr);
   uint64_t begin = header->data_start() + big->begin;
   ASSERT_TRUE(ReadSync(engine, shard_, begin, 4096).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
   size_t after_jump = store.reads().size();
   uint64_t fetched = 0;
   for (size_t i = before; i < after_jump; ++i) fetched += store.reads()[i].length;
@@ -267,7 +258,7 @@ TEST_F(ReadEngineTest, ReaderComingToTheNextShardOutOfOrderGetsItWholeAtItsFirst
   const ObjectInfo second = *memory_.Stat("model-00002-of-00002.safetensors");
   engine.SetReadOrder({shard_, second});
   for (uint64_t off = 0; off < shard_.size; off += 128 << 10) ASSERT_TRUE(ReadSync(engine, shard_, off, 128 << 10).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
 
   auto header = ParseSafetensorsFile(second.name, std::as_bytes(std::span(Source(second))));
   ASSERT_TRUE(header.ok());
@@ -276,7 +267,7 @@ TEST_F(ReadEngineTest, ReaderComingToTheNextShardOutOfOrderGetsItWholeAtItsFirst
   const uint64_t begin = header->data_start() + last.begin;
   ASSERT_GT(begin, 2 * SmallOptions().prefetch_window) << "the last tensor must lie past what was prefetched";
   ASSERT_TRUE(ReadSync(engine, second, begin, 4096).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
 
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.object == second.name ? r.length : 0;
@@ -333,7 +324,7 @@ TEST_F(ReadEngineTest, StreamingReaderHoldsAWindowAndFetchesIntoReusedBuffers) {
     ASSERT_EQ(*bytes, big.substr(off, 128 << 10));
     most_cached = std::max(most_cached, metrics_.cache_bytes.load());
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   ExpectNoByteFetchedTwice(store.reads(), blob.name);
   // At most consumed_keep + the window + what a read and its fetches in flight hold.
   const uint64_t bound = options.consumed_keep + options.prefetch_window + (2 + options.max_fetches) * chunk;
@@ -397,7 +388,7 @@ TEST_F(ReadEngineTest, ConcurrentSequentialReadersShareThePrefetchWindow) {
       most = std::max(most, metrics.cache_bytes.load());
     }
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   for (const ObjectInfo& blob : blobs) ExpectNoByteFetchedTwice(store.reads(), blob.name);
   // The window, plus per reader what its read and the chunk it is in hold, plus the kept chunk.
   const uint64_t bound = options.prefetch_window + blobs.size() * (step + chunk) + options.consumed_keep;
@@ -420,8 +411,7 @@ TEST_F(ReadEngineTest, AReaderNeverWaitingIsReadAheadTheLeastWindow) {
   for (uint64_t off = 0; off < blob.size; off += 128 << 10) {
     ASSERT_TRUE(ReadSync(engine, blob, off, 128 << 10).ok());
     // Its prefetches are in before its next read.
-    for (int i = 0; i < 60000 && !engine.Idle(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    ASSERT_TRUE(engine.Idle()) << "the engine's fetches did not stop in 60 s";
+    WaitIdle(engine);
     most = std::max(most, metrics.cache_bytes.load());
   }
   // The least window (4 chunks), the chunks the read spans, the kept one.
@@ -443,13 +433,13 @@ TEST_F(ReadEngineTest, SweepSkipsWhatTheKernelWasGivenButRereadsGetIt) {
   memory_.Put("blob.bin", big);
   const ObjectInfo blob = *memory_.Stat("blob.bin");
   for (uint64_t off = 0; off < 12 * chunk; off += chunk) ASSERT_TRUE(ReadSync(engine, blob, off, chunk).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
   const uint64_t evictions = metrics_.cache_evictions.load();
   EXPECT_GE(evictions, 8u) << "the chunks read went once the kernel had them";
   // Eight jumps: the whole-file sweep starts, and the first reader's stream is
   // replaced by newer ones.
   for (uint64_t c : {40, 20, 48, 24, 52, 28, 56, 32}) ASSERT_TRUE(ReadSync(engine, blob, c * chunk + 100, 100).ok());
-  WaitIdle(store);
+  WaitIdle(engine);
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   EXPECT_EQ(fetched, blob.size) << "swept whole, each byte once";
@@ -462,7 +452,7 @@ TEST_F(ReadEngineTest, SweepSkipsWhatTheKernelWasGivenButRereadsGetIt) {
     ASSERT_TRUE(again.ok());
     EXPECT_EQ(*again, big.substr(off, 4096));
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   EXPECT_EQ(fetched, blob.size + chunk) << "only the chunk read again";
@@ -559,13 +549,13 @@ TEST_F(ReadEngineTest, PrefetchFetchesExactlyTheChunksOfTheRange) {
   ControlledStore store(memory_, /*hold=*/false);
   ReadEngine engine(store, SmallOptions(), metrics_);
   ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // the plan
-  WaitIdle(store);
+  WaitIdle(engine);
   auto plan = engine.PlanOf(shard_.id());
   const size_t before = store.reads().size();
   const uint64_t prefetches = metrics_.prefetches.load();
   const ByteRange chunk = plan->Chunk(plan->size() - 2);
   engine.Prefetch(shard_, ByteRange{chunk.offset + 10, 100});
-  WaitIdle(store);
+  WaitIdle(engine);
   ASSERT_EQ(store.reads().size(), before + 1);
   EXPECT_EQ(store.reads().back().offset, chunk.offset);
   EXPECT_EQ(store.reads().back().length, chunk.length);
@@ -581,7 +571,7 @@ TEST_F(ReadEngineTest, ReadWithoutPrefetchHintFetchesOnlyWhatItNeeds) {
     engine.Read(shard_, off, 4096, [&](StatusOr<ReadResult> r) { done.set_value(std::move(r)); }, exact);
     ASSERT_TRUE(done.get_future().get().ok());
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   EXPECT_LE(fetched, 600000u + (64u << 10));
@@ -637,7 +627,7 @@ TEST_F(ReadEngineTest, ReadWithinFetchesOnlyInsideItsRange) {
   ControlledStore store(memory_, /*hold=*/false);
   ReadEngine engine(store, SmallOptions(), metrics_);
   ASSERT_TRUE(ReadSync(engine, shard_, 0, 8).ok());  // the plan
-  WaitIdle(store);
+  WaitIdle(engine);
   auto plan = engine.PlanOf(shard_.id());
   ASSERT_GE(plan->size(), 4u);
   // A range that starts and ends inside chunks it shares with others.
@@ -649,7 +639,7 @@ TEST_F(ReadEngineTest, ReadWithinFetchesOnlyInsideItsRange) {
   StatusOr<ReadResult> r = done.get_future().get();
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Bytes(*r), Source(shard_).substr(within.offset, within.length));
-  WaitIdle(store);
+  WaitIdle(engine);
   uint64_t fetched = 0;
   for (size_t i = before; i < store.reads().size(); ++i) fetched += store.reads()[i].length;
   EXPECT_EQ(fetched, within.length);

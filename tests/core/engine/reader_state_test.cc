@@ -11,6 +11,7 @@
 
 #include "core/engine/read_engine.h"
 #include "tests/core/engine/single_shard_checkpoint.h"
+#include "tests/support/test_util.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
@@ -245,6 +246,212 @@ TEST_F(ReadaheadSinkTest, WholeReaderSetsTheWholeReadaheadAndSliceReadersDoNotWh
   EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceSmallDefault);  // slices of 4 hosts: small ones
 }
 
+// Readers of two processes on one mount: a whole-tensor loader (process
+// kLoader) of one checkpoint, whole/, and a slice host (process kHost) of
+// another of the same shapes, slice/ (or of whole/ itself). What each
+// fetches is what it fetches alone: neither takes the other's mode, the
+// readahead its files are opened with, nor the other's slice patterns.
+class TwoProcessesTest : public ReadaheadSinkTest {
+ protected:
+  static constexpr uint64_t kLoader = 1001;
+  static constexpr uint64_t kHost = 1002;
+  static constexpr uint64_t kWorld = 4;
+  static constexpr uint64_t kRank = 1;
+
+  TwoProcessesTest() {
+    checkpoint_.memory.Put("whole/model.safetensors", checkpoint_.source);
+    checkpoint_.memory.Put("slice/model.safetensors", checkpoint_.source);
+    whole_ = *checkpoint_.memory.Stat("whole/model.safetensors");
+    slice_ = *checkpoint_.memory.Stat("slice/model.safetensors");
+  }
+
+  // One fetch at a time, the engine settling after each read: the requests
+  // are the same on every run.
+  EngineOptions Options() const {
+    EngineOptions o = ReadaheadSinkTest::Options();
+    o.max_fetches = 1;
+    return o;
+  }
+
+  struct ObjectRead {
+    const ObjectInfo* object;
+    KernelRead read;
+  };
+
+  // The tensors of the checkpoint (both objects hold the same bytes).
+  std::vector<TensorSpan> Tensors() {
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
+    Metrics metrics;
+    ReadEngine engine(store, Options(), metrics);
+    Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{1}, ByteRange{0, 8}});
+    return engine.PlanOf(checkpoint_.shard.id())->tensors();
+  }
+
+  // A loader of `object` copying every tensor in storage order, its header
+  // read first.
+  std::vector<ObjectRead> Loader(const ObjectInfo& object, ReaderId reader) {
+    std::vector<ObjectRead> out{{&object, KernelRead{reader, ByteRange{0, kRead}}}};
+    for (const TensorSpan& t : Tensors()) {
+      for (const ByteRange& r : KernelReads(t.begin, t.end)) out.push_back({&object, KernelRead{reader, r}});
+    }
+    return out;
+  }
+
+  // A host of `object` copying rows kRank/kWorld of every tensor.
+  std::vector<ObjectRead> Host(const ObjectInfo& object, ReaderId reader) {
+    std::vector<ObjectRead> out{{&object, KernelRead{reader, ByteRange{0, kRead}}}};
+    for (const TensorSpan& t : Tensors()) {
+      if (t.rows() < kWorld) continue;
+      const ByteRange rows = Rows(t, kRank, kWorld);
+      for (const ByteRange& r : KernelReads(rows.offset, rows.end())) out.push_back({&object, KernelRead{reader, r}});
+    }
+    return out;
+  }
+
+  // Makes `reads` in order, the engine settling after each (a fetch that
+  // never ends fails the test).
+  void ReadAll(ReadEngine& engine, const std::vector<ObjectRead>& reads) {
+    for (const ObjectRead& r : reads) {
+      Read(engine, *r.object, checkpoint_.source, r.read);
+      if (::testing::Test::HasFatalFailure()) return;
+      for (int waited = 0; !engine.Idle(); ++waited) {
+        ASSERT_LT(waited, 600000) << "the engine did not settle";  // 60 s: a hang
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
+  // The requests made for `object` (offset, length), sorted: the fetch
+  // queue's order among a read's requests is not the engine's choice.
+  static std::vector<std::pair<uint64_t, uint64_t>> RequestsFor(const ControlledStore& store,
+                                                                const ObjectInfo& object) {
+    std::vector<std::pair<uint64_t, uint64_t>> out;
+    for (const RecordedRead& r : store.reads()) {
+      if (r.object == object.name) out.emplace_back(r.offset, r.length);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  // Runs `reads` on a fresh engine with a sink, as a mount has; returns the
+  // requests for `object`, and the slice patterns learned in `patterns`.
+  std::vector<std::pair<uint64_t, uint64_t>> Run(const std::vector<ObjectRead>& reads, const ObjectInfo& object,
+                                                 std::vector<SlicePattern>* patterns = nullptr) {
+    ControlledStore store(checkpoint_.memory, /*hold=*/false);
+    Metrics metrics;
+    ReadEngine engine(store, Options(), metrics);
+    engine.SetReadaheadSink([](uint64_t) {});
+    ReadAll(engine, reads);
+    if (patterns != nullptr) *patterns = engine.SlicePatterns();
+    return RequestsFor(store, object);
+  }
+
+  // `a`'s first `lead` reads, then the rest of `a` and `b`, one read of each
+  // in turn (two processes reading at once).
+  static std::vector<ObjectRead> Together(const std::vector<ObjectRead>& a, size_t lead,
+                                          const std::vector<ObjectRead>& b) {
+    std::vector<ObjectRead> out(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(std::min(lead, a.size())));
+    for (size_t i = lead, j = 0; i < a.size() || j < b.size(); ++i, ++j) {
+      if (i < a.size()) out.push_back(a[i]);
+      if (j < b.size()) out.push_back(b[j]);
+    }
+    return out;
+  }
+
+  // How many reads a loader makes of its header and first tensor.
+  size_t FirstTensorReads() {
+    const TensorSpan t = Tensors().front();
+    return 1 + KernelReads(t.begin, t.end).size();
+  }
+
+  ObjectInfo whole_;
+  ObjectInfo slice_;
+};
+
+// The host opens its file once the loader of another process is known to
+// read whole tensors (the loader 1 s ahead, or its first tensor copied before
+// the host's first read): it is not taken for a whole-tensor reader (which
+// fetched its file whole), its slice is learned, and it fetches exactly what
+// it fetches alone.
+TEST_F(TwoProcessesTest, SliceHostFetchesWhatItFetchesAloneBesideAWholeLoaderOfAnotherProcess) {
+  const std::vector<ObjectRead> loader = Loader(whole_, ReaderId{10, kLoader});
+  const std::vector<ObjectRead> host = Host(slice_, ReaderId{20, kHost});
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<SlicePattern> learned;
+  const auto alone = Run(host, slice_, &learned);
+  ASSERT_EQ(learned.size(), 1u);
+  ASSERT_TRUE(learned[0].SameSlice(SlicePattern{.lo_num = kRank, .hi_num = kRank + 1, .den = kWorld}))
+      << learned[0].ToString();
+  uint64_t fetched = 0;
+  for (const auto& [offset, length] : alone) fetched += length;
+  ASSERT_LT(fetched, slice_.size / 2) << "alone, the host fetches its slices";
+
+  const std::vector<std::pair<std::string, std::vector<ObjectRead>>> schedules = {
+      {"the loader first", Together(loader, loader.size(), host)},
+      {"together, the loader's first tensor first", Together(loader, FirstTensorReads(), host)}};
+  for (const auto& [what, reads] : schedules) {
+    SCOPED_TRACE(what);
+    std::vector<SlicePattern> beside_learned;
+    EXPECT_EQ(Run(reads, slice_, &beside_learned), alone);
+    EXPECT_TRUE(std::any_of(beside_learned.begin(), beside_learned.end(),
+                            [&](const SlicePattern& p) { return p.SameSlice(learned[0]); }))
+        << "the host's slice not learned";
+  }
+}
+
+// The loader of another process reads its file once the host's slice is
+// learned: its reads that fall in the host's windows are still a whole-tensor
+// reader's (they were served as the host's slice, window by window), and it
+// fetches exactly what it fetches alone.
+TEST_F(TwoProcessesTest, WholeLoaderFetchesWhatItFetchesAloneBesideASliceHostOfAnotherProcess) {
+  const std::vector<ObjectRead> loader = Loader(whole_, ReaderId{10, kLoader});
+  const std::vector<ObjectRead> host = Host(slice_, ReaderId{20, kHost});
+  ASSERT_FALSE(HasFatalFailure());
+  const auto alone = Run(loader, whole_);
+  ASSERT_FALSE(alone.empty());
+  EXPECT_EQ(Run(Together(host, host.size(), loader), whole_), alone);
+}
+
+// The host reads the loader's checkpoint, whole/, the loader having copied
+// its first tensor: the host's own reads are no whole-tensor copy, and it is
+// not taken for one; its slice is learned.
+TEST_F(TwoProcessesTest, SliceHostOfTheLoadersCheckpointLearnsItsSlice) {
+  const std::vector<ObjectRead> loader = Loader(whole_, ReaderId{10, kLoader});
+  const std::vector<ObjectRead> host = Host(whole_, ReaderId{20, kHost});
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<SlicePattern> learned;
+  Run(Together(loader, FirstTensorReads(), host), whole_, &learned);
+  EXPECT_TRUE(std::any_of(learned.begin(), learned.end(), [&](const SlicePattern& p) {
+    return p.SameSlice(SlicePattern{.lo_num = kRank, .hi_num = kRank + 1, .den = kWorld});
+  })) << "the host's slice not learned";
+}
+
+// Each safetensors file opened gets the readahead of the process opening it:
+// the host's the kernel's default (a shard of several: half of it) while its
+// readers are not known, whatever the loader does, and the slice readahead
+// once its slice is learned; the loader's the whole readers'.
+TEST_F(TwoProcessesTest, AFileOpenedGetsTheReadaheadOfItsOwnProcess) {
+  const std::string host_next = "slice/model-00002-of-00002.safetensors";
+  const std::string loader_next = "whole/model-00002-of-00002.safetensors";
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  ReadEngine engine(store, Options(), metrics_);
+  engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
+  const std::vector<ObjectRead> loader = Loader(whole_, ReaderId{10, kLoader});
+  ASSERT_FALSE(HasFatalFailure());
+  ReadAll(engine, std::vector<ObjectRead>(loader.begin(),
+                                          loader.begin() + static_cast<std::ptrdiff_t>(FirstTensorReads())));
+  ASSERT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
+  engine.Opening(host_next, ReaderId{21, kHost});
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kUnknownShardDefault) << "the host's readers are not known yet";
+  engine.Opening(loader_next, ReaderId{11, kLoader});
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
+  ReadAll(engine, Host(slice_, ReaderId{20, kHost}));
+  engine.Opening(host_next, ReaderId{22, kHost});
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kSliceSmallDefault) << "slices of 4 hosts: small ones";
+  engine.Opening(loader_next, ReaderId{12, kLoader});
+  EXPECT_EQ(applied_.back(), ReadaheadPolicy::kWholeDefault);
+}
+
 // A reader whose first read after its pattern was learned falls near a window
 // rather than in it (the kernel reading around its slice; a shuffled loader's
 // next tensor) starts that pattern's sweep: it is a slice reader from then on,
@@ -292,7 +499,7 @@ TEST_F(ReadaheadSinkTest, ShardSweepsTheWindowsOfTheReadaheadTheirFilesGet) {
   ReadEngine engine(store, o, metrics_);
   engine.SetReadaheadSink([this](uint64_t bytes) { applied_.push_back(bytes); });
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{ReaderId{100}, ByteRange{0, 8}});  // the header
-  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   EXPECT_EQ(applied_, (std::vector<uint64_t>{ReadaheadPolicy::kSliceDefault, ReadaheadPolicy::kSliceSmallDefault}))
       << "the slices' size known from the first file's header on";
   const std::shared_ptr<const ChunkPlan> plan = engine.PlanOf(checkpoint_.shard.id());
@@ -397,7 +604,7 @@ TEST_F(ReaderStateTest, FirstRanksNextWindowAfterTheHeaderIsNoCopyOfTheTensorBef
   const ReaderId reader{200};
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.begin - kRead / 2, kRead}});
   Read(engine, checkpoint_.shard, checkpoint_.source, KernelRead{reader, ByteRange{t.end - kRead / 2, kRead}});
-  while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   // Past rank 0's window and its margins, short of the read at the end (its
   // pieces start at a page).
   const uint64_t beyond = t.begin + t.size() / kWorld + (512 << 10);
@@ -490,14 +697,8 @@ TEST_F(ReaderStateTest, SixteenInterleavedSequentialReadersDoNotPrefetchTheWhole
       ASSERT_FALSE(HasFatalFailure());
     }
   }
-  // Wait for the prefetches to settle.
-  size_t seen = store.reads().size();
-  for (int quiet = 0; quiet < 10;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    const size_t now = store.reads().size();
-    quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
-    seen = now;
-  }
+  // The prefetches settle: nothing queued or running (no read comes now to start more).
+  ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the prefetches to settle"));
   uint64_t fetched = 0;
   for (const auto& r : store.reads()) fetched += r.length;
   // Each reader read 1 MiB and is read ahead by its window (1 MiB): about
@@ -615,7 +816,7 @@ TEST_F(ReaderStateTest, WindowsOfANarrowedPatternStillQueuedAreNotFetched) {
     ~ReleaseAtEnd() { store.ReleaseAll(); }
   } release_at_end{store};
   auto idle = [&] {
-    while (!engine.Idle()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   };
   Read(engine, file, source, KernelRead{ReaderId{9}, ByteRange{0, 8}});
   const std::vector<TensorSpan> t = engine.PlanOf(file.id())->tensors();

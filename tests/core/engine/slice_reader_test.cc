@@ -11,6 +11,7 @@
 
 #include "core/engine/read_engine.h"
 #include "tests/core/engine/single_shard_checkpoint.h"
+#include "tests/support/test_util.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
 
@@ -80,15 +81,11 @@ class SliceReaderTest : public ::testing::Test {
     for (const ByteRange& r : KernelReads(rows.offset, rows.end())) Read(engine, r.offset, r.length);
   }
 
-  // Waits until no fetch has started or run for 100 ms.
-  void WaitIdle(const ControlledStore& store) {
-    size_t seen = store.reads().size();
-    for (int quiet = 0; quiet < 10;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      size_t now = store.reads().size();
-      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
-      seen = now;
-    }
+  // Waits until the engine has no fetch queued or running (no read comes
+  // meanwhile to start more); fails after kHang, which only a runaway
+  // prefetch takes.
+  void WaitIdle(ReadEngine& engine) {
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine.Idle(); }, "the engine's fetches to stop"));
   }
 
   std::vector<TensorSpan> Tensors(ReadEngine& engine) {
@@ -154,14 +151,14 @@ TEST_F(SliceReaderTest, StorageOrderSliceReaderFetchesOnlyItsWindowsOnceLearned)
   EXPECT_NEAR(double(pattern.lo_num) / pattern.den, 0.25, 1e-3) << pattern.ToString();
   EXPECT_NEAR(double(pattern.hi_num) / pattern.den, 0.50, 1e-3) << pattern.ToString();
 
-  WaitIdle(store);
+  WaitIdle(engine);
   const size_t mark = store.reads().size();
   uint64_t needed = 0;
   for (size_t i = learned_after; i < tensors.size(); ++i) {
     ReadSlice(engine, tensors[i], 1, 4);
     needed += Rows(tensors[i], 1, 4).length;
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   const auto reads = store.reads();
   EXPECT_EQ(BytesOutside(reads, mark, Windows(engine, pattern, kPage)), 0u) << "fetched outside the windows";
   EXPECT_LE(BytesFrom(reads, mark), needed + (tensors.size() - learned_after) * (kRead + kRead / 2))
@@ -182,7 +179,7 @@ TEST_F(SliceReaderTest, LearningFetchesLittleOutsideTheSlicesRead) {
     const size_t mark = store.reads().size();
     const size_t learned_after = ReadUntilLearned(engine, tensors, rank, 4);
     ASSERT_FALSE(engine.SlicePatterns().empty()) << "rank " << rank;
-    WaitIdle(store);
+    WaitIdle(engine);
     // Everything fetched, the tensors read while learning included, lies in
     // the windows of the pattern (the slices and the kernel's read-around of
     // each), give or take a page per tensor.
@@ -224,7 +221,7 @@ TEST_F(SliceReaderTest, LearningReadsInOrderFetchesLittleMoreThanTheKernelReads)
       kernel.push_back(ByteRange{begin, at - begin});
     }
     ASSERT_FALSE(engine.SlicePatterns().empty()) << "rank " << rank << " of " << world;
-    WaitIdle(store);
+    WaitIdle(engine);
     // In the tensors read after the first (whose reads were read ahead by up
     // to twice as much as was read there), past what the kernel read there
     // (the bytes of the tensors not read are the learned pattern's sweep): no
@@ -266,7 +263,7 @@ TEST_F(SliceReaderTest, FirstSliceIsReadAheadNoFurtherThanItsReaderRead) {
   uint64_t at = (rows.offset + kRead / 2) & ~(kPage - 1);
   Read(engine, begin, kRead, reader);
   for (; at < rows.end() + kRead; at += kRead) Read(engine, at, kRead, reader);
-  WaitIdle(store);
+  WaitIdle(engine);
   const uint64_t read = at - begin;
   const uint64_t past = BytesOutside(store.reads(), mark, {ByteRange{0, at}});
   EXPECT_LE(past, read) << past << " bytes fetched past the " << read << " the kernel read of the tensor";
@@ -312,7 +309,7 @@ TEST_F(SliceReaderTest, ReadAroundIntoATensorsStartDoesNotHideTheRowsOfTheTensor
   ASSERT_TRUE(engine.SlicePatterns().empty()) << "learned from one slice";
   const size_t mark = store.reads().size();
   const ByteRange kernel = copy(third);
-  WaitIdle(store);
+  WaitIdle(engine);
   ASSERT_TRUE(engine.SlicePatterns().empty()) << "learned from two slices";
   const uint64_t past = BytesOutside(store.reads(), mark, {ByteRange{0, kernel.end()}});
   EXPECT_LE(past, kRead / 2 + 2 * kRead + kPage) << past << " bytes fetched past the kernel's reads of the third tensor";
@@ -337,7 +334,7 @@ TEST_F(SliceReaderTest, WholeTensorCopiesFromTheFirstReadAreFetchedInWholeChunks
     for (const TensorSpan& t : tensors) {
       for (const ByteRange& r : KernelReads(t.begin, t.end)) Read(engine, r.offset, r.length);
     }
-    WaitIdle(store);
+    WaitIdle(engine);
     // In storage order every chunk comes in one request. A shuffled loader's
     // first read may land next to a tensor boundary, where nothing is known
     // yet: its pages come as a piece, fetched again with their chunk.
@@ -366,10 +363,10 @@ TEST_F(SliceReaderTest, RandomOrderSliceReaderFetchesOnlyItsWindowsOnceLearned) 
   const SlicePattern pattern = engine.SlicePatterns().front();
   EXPECT_NEAR(double(pattern.lo_num) / pattern.den, 0.50, 1e-3) << pattern.ToString();
 
-  WaitIdle(store);
+  WaitIdle(engine);
   const size_t mark = store.reads().size();
   for (size_t i = learned_after; i < tensors.size(); ++i) ReadSlice(engine, tensors[i], 2, 4);
-  WaitIdle(store);
+  WaitIdle(engine);
   EXPECT_EQ(BytesOutside(store.reads(), mark, Windows(engine, pattern, kPage)), 0u);
   EXPECT_LE(metrics_.bytes_fetched.load(), checkpoint_.shard.size / 2) << "far from the whole file";
 }
@@ -390,7 +387,7 @@ TEST_F(SliceReaderTest, ReaderSwitchingToWholeTensorsGetsThemWhole) {
   // The next tensor: reading its first pages brings all of it (it may well be
   // on its way already, ahead of a whole-tensor reader).
   Read(engine, tensors[i].begin & ~(kPage - 1), kRead);
-  WaitIdle(store);
+  WaitIdle(engine);
   const auto reads = store.reads();
   std::vector<bool> page(tensors[i].size() / kPage + 2, false);
   for (const RecordedRead& r : reads) {
@@ -430,13 +427,13 @@ TEST_F(SliceReaderTest, TwoRanksOnOneMountEachGetTheirOwnWindows) {
   EXPECT_NEAR(starts[0], 0.0, 1e-3);
   EXPECT_NEAR(starts[1], 0.5, 1e-3);
 
-  WaitIdle(store);
+  WaitIdle(engine);
   const size_t mark = store.reads().size();
   for (size_t i = learned_after; i < tensors.size(); ++i) {
     ReadSlice(engine, tensors[i], 0, 4);
     ReadSlice(engine, tensors[i], 2, 4);
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   std::vector<ByteRange> allowed = Windows(engine, patterns[0], kPage);
   for (const ByteRange& w : Windows(engine, patterns[1], kPage)) allowed.push_back(w);
   EXPECT_EQ(BytesOutside(store.reads(), mark, allowed), 0u) << "nothing of ranks 1 and 3";
@@ -451,7 +448,7 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
   EXPECT_TRUE(engine.SlicePatterns().front().SameSlice(pattern));
   const ByteRange first = Rows(tensors[0], 3, 4);
   Read(engine, first.offset, kPage);  // the first read of tensor data
-  WaitIdle(store);
+  WaitIdle(engine);
   const auto reads = store.reads();
   std::vector<ByteRange> windows = Windows(engine, pattern);
   // Fetched: every window, and nothing outside them but the head.
@@ -471,7 +468,7 @@ TEST_F(SliceReaderTest, ShardOptionPrefetchesExactlyItsWindowsFromTheFirstRead) 
     const ByteRange rows = Rows(t, 3, 4);
     for (uint64_t at = rows.offset; at < rows.end(); at += kRead) Read(engine, at, std::min(kRead, rows.end() - at));
   }
-  WaitIdle(store);
+  WaitIdle(engine);
   EXPECT_EQ(store.reads().size(), mark) << "nothing more to fetch";
 }
 
@@ -489,7 +486,7 @@ TEST_F(SliceReaderTest, HeaderReadaheadArrivingLateIsNoCopyUpToTheSlice) {
   Read(engine, 0, kRead);                                          // the header, read around into the tensor
   Read(engine, (slice.offset - kRead / 2) & ~(kPage - 1), kRead);  // the slice's first page, read around
   Read(engine, kRead, kRead);                                      // the header's readahead, late
-  WaitIdle(store);
+  WaitIdle(engine);
   std::vector<ByteRange> allowed = Windows(engine, SlicePattern::Shard(2, 4), kNearWindowSlack);
   allowed.push_back(ByteRange{0, 1 << 20});  // the reads at the start and their read-ahead
   EXPECT_EQ(BytesOutside(store.reads(), 0, allowed), 0u);

@@ -8,10 +8,14 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -294,6 +298,43 @@ TEST(PrometheusServerTest, OtherPathsAre404AndOtherMethods405) {
   EXPECT_EQ(head.status_line, "HTTP/1.1 200 OK");
   EXPECT_TRUE(head.body.empty());
   EXPECT_EQ(Get(port, "garbage\r\n\r\n").status_line.substr(0, 12), "HTTP/1.1 405");
+}
+
+TEST(PrometheusServerTest, ServesEveryPathOnAUnixSocketReplacingAStaleOne) {
+  const std::string dir = ::testing::TempDir() + "/prometheus_unix_" + std::to_string(::getpid());
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  const std::string path = dir + "/metrics.sock";
+  Metrics metrics;
+  metrics.read_requests += 7;
+  for (int run = 0; run < 2; ++run) {  // the second finds the first's socket file there
+    auto server = PrometheusServer::StartUnix(metrics, path);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    EXPECT_EQ((*server)->port(), 0);
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, path.c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    const std::string request = "GET / HTTP/1.1\r\nHost: unix\r\n\r\n";  // what the node plugin asks
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+    std::string raw;
+    char buf[4096];
+    for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) raw.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    EXPECT_THAT(raw, StartsWith("HTTP/1.1 200 OK"));
+    EXPECT_THAT(raw, HasSubstr("\ntensorfs_read_requests_total 7\n"));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrometheusServerTest, AUnixSocketPathHoldingAnotherFileIsAClearError) {
+  const std::string path = ::testing::TempDir() + "/prometheus_not_a_socket_" + std::to_string(::getpid());
+  { std::ofstream(path) << "x"; }
+  Metrics metrics;
+  auto server = PrometheusServer::StartUnix(metrics, path);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(), HasSubstr("no socket"));
+  std::filesystem::remove(path);
 }
 
 TEST(PrometheusServerTest, PortInUseIsAClearError) {

@@ -110,13 +110,24 @@ TEST(FitCacheToMemoryLimitTest, DefaultCacheTakesThreeQuartersOfTheLimitLessOver
   EXPECT_LE(options.engine.cache_size + kMountOverhead, 512 * kMiB);
 }
 
-TEST(FitCacheToMemoryLimitTest, AGivenCacheSizeIsKept) {
+TEST(FitCacheToMemoryLimitTest, AGivenCacheSizeThatFitsIsKept) {
+  MountOptions options;
+  ASSERT_TRUE(ApplyMountOption(options, "cache_size", "384M").ok());  // 512 - 128: the most that fits
+  StatusOr<std::string> note = FitCacheToMemoryLimit(options, MemoryLimit{512 * kMiB, "/cg/memory.max"});
+  ASSERT_TRUE(note.ok()) << note.status().ToString();
+  EXPECT_EQ(*note, "");
+  EXPECT_EQ(options.engine.cache_size, 384 * kMiB);
+}
+
+TEST(FitCacheToMemoryLimitTest, AGivenCacheSizeOverTheLimitIsRefusedSayingWhatFits) {
   MountOptions options;
   ASSERT_TRUE(ApplyMountOption(options, "cache_size", "1G").ok());
-  StatusOr<std::string> note = FitCacheToMemoryLimit(options, MemoryLimit{512 * kMiB, "/cg/memory.max"});
-  ASSERT_TRUE(note.ok());
-  EXPECT_EQ(*note, "");
-  EXPECT_EQ(options.engine.cache_size, 1024 * kMiB);
+  Status s = FitCacheToMemoryLimit(options, MemoryLimit{512 * kMiB, "/cg/memory.max"}).status();
+  EXPECT_EQ(s.code(), ErrorCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("cache_size=1024M does not fit the memory limit of this cgroup (512 MiB, "
+                                     "/cg/memory.max)"));
+  EXPECT_THAT(s.message(), HasSubstr("set cache_size to at most 384M"));
+  EXPECT_THAT(s.message(), HasSubstr("or raise the container's memory limit"));
 }
 
 TEST(FitCacheToMemoryLimitTest, ALargeLimitOrNoneKeepsTheDefault) {

@@ -56,6 +56,26 @@ TEST(MountOptionsTest, FlagWithValueIsRejected) {
   EXPECT_FALSE(ApplyMountOption(o, "allow_other", "yes").ok());
 }
 
+TEST(MountOptionsTest, OwnerAndModesAreNumericIdsAndOctalBits) {
+  MountOptions o;
+  EXPECT_FALSE(o.uid.has_value());
+  EXPECT_EQ(o.file_mode, 0444u);
+  EXPECT_EQ(o.dir_mode, 0555u);
+  ASSERT_TRUE(ApplyMountOptionList(o, "uid=1001,gid=0,file_mode=644,dir_mode=0750").ok());
+  EXPECT_EQ(o.uid, 1001u);
+  EXPECT_EQ(o.gid, 0u);
+  EXPECT_EQ(o.file_mode, 0644u);
+  EXPECT_EQ(o.dir_mode, 0750u);
+}
+
+TEST(MountOptionsTest, ANameForAnOwnerOrAModeOutOfRangeSaysWhatToWrite) {
+  MountOptions o;
+  EXPECT_THAT(ApplyMountOption(o, "uid", "alice").message(), HasSubstr("expected a numeric id"));
+  EXPECT_THAT(ApplyMountOption(o, "gid", "4294967295").message(), HasSubstr("expected a numeric id"));
+  EXPECT_THAT(ApplyMountOption(o, "file_mode", "888").message(), HasSubstr("in octal"));
+  EXPECT_THAT(ApplyMountOption(o, "dir_mode", "1777").message(), HasSubstr("from 0 to 777"));
+}
+
 TEST(MountOptionsTest, InvalidRegexIsExplained) {
   MountOptions o;
   Status s = ApplyMountOption(o, "layer_regex", "(unclosed");

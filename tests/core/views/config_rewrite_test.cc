@@ -6,6 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 namespace tensorfs {
 namespace {
 
@@ -126,6 +130,27 @@ TEST(ConfigRewriteTest, BnbReplacesAnExistingQuantizationConfig) {
   EXPECT_EQ(out["quantization_config"]["quant_method"], "bitsandbytes");
   EXPECT_FALSE(out["quantization_config"].contains("bits"));
   EXPECT_EQ(out["quantization_config"]["load_in_4bit"], true);
+}
+
+// The keys transformers' save_pretrained() writes for a bitsandbytes model
+// (BitsAndBytesConfig.to_dict(): its attributes, the private _load_in_* and
+// quant_method included, plus load_in_4bit and load_in_8bit), and no others.
+TEST(ConfigRewriteTest, BnbQuantizationConfigHoldsTheKeysTransformersWrites) {
+  const std::vector<std::string> want = {
+      "_load_in_4bit",        "_load_in_8bit",          "bnb_4bit_compute_dtype",   "bnb_4bit_quant_storage",
+      "bnb_4bit_quant_type",  "bnb_4bit_use_double_quant", "llm_int8_enable_fp32_cpu_offload",
+      "llm_int8_has_fp16_weight", "llm_int8_skip_modules", "llm_int8_threshold", "load_in_4bit",
+      "load_in_8bit",         "quant_method"};
+  for (ConfigRewrite how : {ConfigRewrite::kBnbNf4, ConfigRewrite::kBnbInt8}) {
+    const Json out = RewriteModelConfig(Parse(R"({"model_type": "llama", "dtype": "bfloat16"})"), how, Dtype::BF16);
+    std::vector<std::string> keys;
+    for (const auto& [key, _] : out["quantization_config"].items()) keys.push_back(key);
+    std::sort(keys.begin(), keys.end());
+    EXPECT_EQ(keys, want);
+    const Json& q = out["quantization_config"];
+    EXPECT_EQ(q["_load_in_4bit"], q["load_in_4bit"]);
+    EXPECT_EQ(q["_load_in_8bit"], q["load_in_8bit"]);
+  }
 }
 
 }  // namespace

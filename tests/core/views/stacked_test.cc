@@ -16,6 +16,7 @@
 
 #include "core/safetensors/header.h"
 #include "core/vfs/namespace.h"
+#include "tests/support/test_util.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/memory_store.h"
 
@@ -38,14 +39,7 @@ class StackedTest : public ::testing::Test {
  protected:
   // Waits until no fetch is in flight; fails after 60 s (a fetch that never ends).
   void WaitNoFetchInFlight() {
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (metrics_.fetches_in_flight.load() > 0) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        ADD_FAILURE() << "a fetch still in flight after 60 s";
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine_->Idle(); }, "the engine's fetches to stop"));
   }
   void Mount(uint64_t prefetch_window = 1 << 20) {
     engine_ = std::make_unique<ReadEngine>(store_,

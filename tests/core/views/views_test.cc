@@ -14,6 +14,7 @@
 #include "core/views/quantize.h"
 #include "core/vfs/namespace.h"
 #include "tests/core/views/views_reference_data.h"
+#include "tests/support/test_util.h"
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/controlled_store.h"
 #include "tests/support/memory_store.h"
@@ -91,21 +92,10 @@ class ViewsTest : public ::testing::Test {
     return out;
   }
 
-  // Waits until no fetch has started or run for 100 ms; fails the test if the
-  // fetches never stop (60 s, which only a runaway prefetch takes).
+  // Waits until the engine has no fetch queued or running; fails after kHang,
+  // which only a runaway prefetch takes.
   void WaitIdle() {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    size_t seen = recorded_.reads().size();
-    for (int quiet = 0; quiet < 10;) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        ADD_FAILURE() << "fetches still starting after 60 s";
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      const size_t now = recorded_.reads().size();
-      quiet = (now == seen && metrics_.fetches_in_flight.load() == 0) ? quiet + 1 : 0;
-      seen = now;
-    }
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine_->Idle(); }, "the engine's fetches to stop"));
   }
 
   // The bytes of the only shard of `plan` that hold the tensors named

@@ -39,7 +39,7 @@ using ::tensorfs::testing::ScopedEnv;
 using ::tensorfs::testing::ServiceAccountJson;
 using ::tensorfs::testing::TestKey;
 using ::tensorfs::testing::VerifyJwt;
-using ::tensorfs::testing::WriteFile;
+using ::tensorfs::testing::WriteKeyFile;
 using nlohmann::json;
 
 class TempDir {
@@ -153,7 +153,7 @@ TEST(ParseServiceAccountKeyTest, DefaultsTheTokenUri) {
 
 TEST_F(CredentialsTest, ServiceAccountKeyIsExchangedWithASignedJwt) {
   const std::string path = dir_.File("key.json");
-  WriteFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
+  WriteKeyFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
   http_.Push(TokenReply("tok-A"));
   LogCapture log;
   GcsOptions options;
@@ -183,7 +183,7 @@ TEST_F(CredentialsTest, ServiceAccountKeyIsExchangedWithASignedJwt) {
 
 TEST_F(CredentialsTest, KeyReadableByOthersDrawsAWarningWithTheFix) {
   const std::string path = dir_.File("key.json");
-  WriteFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump(), 0644);
+  WriteKeyFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump(), 0644);
   LogCapture log;
   GcsOptions options;
   options.key_file = path;
@@ -194,7 +194,7 @@ TEST_F(CredentialsTest, KeyReadableByOthersDrawsAWarningWithTheFix) {
 
 TEST_F(CredentialsTest, RejectedKeySaysWhichFileAndWhatToDo) {
   const std::string path = dir_.File("key.json");
-  WriteFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
+  WriteKeyFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
   http_.Push(FakeReply{.status = 400,
                        .body = R"({"error":"invalid_grant","error_description":"Invalid JWT Signature."})"});
   GcsOptions options;
@@ -210,7 +210,7 @@ TEST_F(CredentialsTest, RejectedKeySaysWhichFileAndWhatToDo) {
 
 TEST_F(CredentialsTest, UnreachableTokenEndpointIsTransient) {
   const std::string path = dir_.File("key.json");
-  WriteFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
+  WriteKeyFile(path, ServiceAccountJson("http://127.0.0.1:1/token").dump());
   http_.Push(FakeReply{.status = 503});
   http_.Push(FakeReply{.error = TransportError::kConnectFailed, .error_message = "Connection refused"});
   GcsOptions options;
@@ -229,13 +229,13 @@ TEST_F(CredentialsTest, BadKeyFilesGiveClearErrors) {
   EXPECT_THAT(MakeCredentials(options, http_, clock_).status().message(),
               HasSubstr("cannot read credentials file " + options.key_file + " (from -o key_file)"));
   options.key_file = dir_.File("notjson.json");
-  WriteFile(options.key_file, "this is not json");
+  WriteKeyFile(options.key_file, "this is not json");
   EXPECT_THAT(MakeCredentials(options, http_, clock_).status().message(), HasSubstr("is not valid JSON"));
   options.key_file = dir_.File("notype.json");
-  WriteFile(options.key_file, R"({"client_email": "x"})");
+  WriteKeyFile(options.key_file, R"({"client_email": "x"})");
   EXPECT_THAT(MakeCredentials(options, http_, clock_).status().message(), HasSubstr("has no \"type\" field"));
   options.key_file = dir_.File("external.json");
-  WriteFile(options.key_file, R"({"type": "external_account"})");
+  WriteKeyFile(options.key_file, R"({"type": "external_account"})");
   Status s = MakeCredentials(options, http_, clock_).status();
   EXPECT_EQ(s.code(), ErrorCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("\"external_account\""));
@@ -243,7 +243,7 @@ TEST_F(CredentialsTest, BadKeyFilesGiveClearErrors) {
 
 TEST_F(CredentialsTest, AuthorizedUserUsesItsRefreshToken) {
   const std::string path = dir_.File("adc.json");
-  WriteFile(path, json{{"type", "authorized_user"},
+  WriteKeyFile(path, json{{"type", "authorized_user"},
                        {"client_id", "cid.apps.googleusercontent.com"},
                        {"client_secret", "s3cr3t"},
                        {"refresh_token", "1//refresh"}}
@@ -264,8 +264,8 @@ TEST_F(CredentialsTest, AuthorizedUserUsesItsRefreshToken) {
 TEST_F(CredentialsTest, KeyFileOptionWinsOverTheEnvironment) {
   const std::string explicit_key = dir_.File("explicit.json");
   const std::string env_key = dir_.File("env.json");
-  WriteFile(explicit_key, ServiceAccountJson("http://h/token", "explicit@p").dump());
-  WriteFile(env_key, ServiceAccountJson("http://h/token", "env@p").dump());
+  WriteKeyFile(explicit_key, ServiceAccountJson("http://h/token", "explicit@p").dump());
+  WriteKeyFile(env_key, ServiceAccountJson("http://h/token", "env@p").dump());
   ScopedEnv env("GOOGLE_APPLICATION_CREDENTIALS", env_key);
   GcsOptions options;
   options.key_file = explicit_key;
@@ -275,10 +275,10 @@ TEST_F(CredentialsTest, KeyFileOptionWinsOverTheEnvironment) {
 
 TEST_F(CredentialsTest, EnvironmentWinsOverTheGcloudFile) {
   std::filesystem::create_directories(dir_.File(".config/gcloud"));
-  WriteFile(dir_.File(".config/gcloud/application_default_credentials.json"),
+  WriteKeyFile(dir_.File(".config/gcloud/application_default_credentials.json"),
             ServiceAccountJson("http://h/token", "gcloud@p").dump());
   const std::string env_key = dir_.File("env.json");
-  WriteFile(env_key, ServiceAccountJson("http://h/token", "env@p").dump());
+  WriteKeyFile(env_key, ServiceAccountJson("http://h/token", "env@p").dump());
   {
     ScopedEnv env("GOOGLE_APPLICATION_CREDENTIALS", env_key);
     EXPECT_THAT(MakeCredentials(GcsOptions{}, http_, clock_).value()->Describe(), HasSubstr("env@p"));
@@ -290,7 +290,7 @@ TEST_F(CredentialsTest, EnvironmentWinsOverTheGcloudFile) {
 
 TEST_F(CredentialsTest, CloudsdkConfigLocatesTheGcloudFile) {
   std::filesystem::create_directories(dir_.File("sdk"));
-  WriteFile(dir_.File("sdk/application_default_credentials.json"),
+  WriteKeyFile(dir_.File("sdk/application_default_credentials.json"),
             json{{"type", "authorized_user"}, {"client_id", "c"}, {"client_secret", "s"}, {"refresh_token", "r"}}
                 .dump());
   ScopedEnv env("CLOUDSDK_CONFIG", dir_.File("sdk"));
@@ -397,6 +397,22 @@ TEST_F(CredentialsTest, InAPodTheMetadataProbeGivesUpAfterItsWindow) {
   EXPECT_LE(waited, kMetadataProbeWindow);
   EXPECT_GE(waited, kMetadataProbeWindow - kMetadataProbeMaxBackoff);
   EXPECT_EQ(http_.requests().size(), clock_.sleeps().size() + 1);
+}
+
+// README: in a pod the metadata server is waited for through timeouts and
+// server errors alike, not only refused connections.
+TEST_F(CredentialsTest, InAPodTheMetadataProbeRetriesTimeoutsAndServerErrors) {
+  ScopedEnv pod("KUBERNETES_SERVICE_HOST", "10.0.0.1");
+  http_.Push(FakeReply{.error = TransportError::kTimeout, .error_message = "Connection timed out after 1000 ms"});
+  http_.Push(FakeReply{.status = 503, .body = "not ready"});
+  http_.Push(FakeReply{.error = TransportError::kTimeout, .error_message = "Operation timed out"});
+  http_.Push(FakeReply{.status = 500, .body = "internal"});
+  http_.Push(TokenReply("tok-after-errors"));
+  auto creds = MakeCredentials(GcsOptions{}, http_, clock_);
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_EQ((*creds)->AuthorizationHeader().value(), "Authorization: Bearer tok-after-errors");
+  EXPECT_EQ(http_.requests().size(), 5u);
+  EXPECT_EQ(clock_.sleeps().size(), 4u) << "a backoff before each retry";
 }
 
 TEST_F(CredentialsTest, InAPodARefusalIsNotRetried) {

@@ -19,7 +19,9 @@
 #include "core/store/gcs/gcs_store.h"
 #include "tests/core/store/gcs/scoped_env.h"
 #include "tests/core/store/gcs/test_keys.h"
+#include "tests/core/store/gcs/fakes.h"
 #include "tests/support/gcs_test_server.h"
+#include "tests/support/test_util.h"
 
 namespace tensorfs {
 namespace {
@@ -29,7 +31,9 @@ using ::tensorfs::testing::GcsTestServer;
 using ::tensorfs::testing::ScopedEnv;
 using ::tensorfs::testing::ServiceAccountJson;
 using ::tensorfs::testing::TestKey;
-using ::tensorfs::testing::WriteFile;
+using ::tensorfs::testing::RandomBytes;
+using ::tensorfs::testing::WaitUntil;
+using ::tensorfs::testing::WriteKeyFile;
 using nlohmann::json;
 using Seconds = std::chrono::duration<double>;
 
@@ -37,29 +41,11 @@ constexpr char kBucket[] = "bkt";
 constexpr char kOddName[] = "odd/a b#c?d%e+f&g=h \xC3\xA9\xE6\xA8\xA1.bin";
 constexpr size_t kBigSize = 3 * 1024 * 1024 + 17;
 
-// Polls `done` until it holds; false after 60 s, which only a hang takes.
-template <typename Predicate>
-bool WaitUntil(Predicate done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
 // The seconds of silence a "stalled: no bytes for S s" message reports, or -1.
 double StalledSeconds(const std::string& message) {
   std::smatch m;
   if (!std::regex_search(message, m, std::regex("stalled: no bytes for ([0-9.]+) s"))) return -1;
   return std::stod(m[1]);
-}
-
-std::string RandomBytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
 }
 
 class GcsIntegrationTest : public ::testing::Test {
@@ -120,7 +106,7 @@ class GcsIntegrationTest : public ::testing::Test {
 
   std::string WriteServiceAccountKey(const std::string& name) {
     const std::string path = File(name);
-    WriteFile(path, ServiceAccountJson(server_->endpoint() + "/token").dump());
+    WriteKeyFile(path, ServiceAccountJson(server_->endpoint() + "/token").dump());
     return path;
   }
 
@@ -380,7 +366,7 @@ TEST_F(GcsIntegrationTest, DeletedObjectIsNotFound) {
 
 TEST_F(GcsIntegrationTest, ServiceAccountKeyIsExchangedAtTheTokenEndpoint) {
   const std::string public_key = File("pub.pem");
-  WriteFile(public_key, TestKey().public_pem);
+  WriteKeyFile(public_key, TestKey().public_pem);
   StartServer({"--require-auth", "--token-public-key", public_key});
   GcsOptions o = Options();
   o.anonymous = false;
@@ -402,7 +388,7 @@ TEST_F(GcsIntegrationTest, KeyTheServerDoesNotTrustGivesAClearError) {
   EVP_PKEY* other = EVP_RSA_gen(2048);
   BIO* bio = BIO_new(BIO_s_mem());
   PEM_write_bio_PUBKEY(bio, other);
-  WriteFile(other_public, ::tensorfs::testing::BioToString(bio));
+  WriteKeyFile(other_public, ::tensorfs::testing::BioToString(bio));
   EVP_PKEY_free(other);
   StartServer({"--require-auth", "--token-public-key", other_public});
   GcsOptions o = Options();
@@ -419,7 +405,7 @@ TEST_F(GcsIntegrationTest, AuthorizedUserRefreshTokenIsExchanged) {
   StartServer({"--require-auth", "--refresh-client-id", "cid", "--refresh-client-secret", "csecret",
                "--refresh-token", "rtok"});
   const std::string path = File("adc.json");
-  WriteFile(path, json{{"type", "authorized_user"},
+  WriteKeyFile(path, json{{"type", "authorized_user"},
                        {"client_id", "cid"},
                        {"client_secret", "csecret"},
                        {"refresh_token", "rtok"},
@@ -451,15 +437,22 @@ TEST_F(GcsIntegrationTest, MetadataServerTokensAreUsed) {
 
 TEST_F(GcsIntegrationTest, ExpiredTokenIsRefreshed) {
   const std::string public_key = File("pub.pem");
-  WriteFile(public_key, TestKey().public_pem);
+  WriteKeyFile(public_key, TestKey().public_pem);
   StartServer({"--require-auth", "--token-public-key", public_key, "--token-lifetime", "2"});
   GcsOptions o = Options();
   o.anonymous = false;
   o.key_file = WriteServiceAccountKey("key.json");
-  auto store = MakeStore(o);
+  // The store's clock, not the test's, says the token has expired: no sleep,
+  // and no race between the two.
+  testing::FakeClock clock;
+  GcsStore::Dependencies deps;
+  deps.clock = &clock;
+  StatusOr<std::unique_ptr<GcsStore>> created = GcsStore::Create(o, std::move(deps));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  std::unique_ptr<GcsStore> store = std::move(created).value();
   StatusOr<ObjectInfo> info = store->Stat("models/big.bin");
   ASSERT_TRUE(info.ok()) << info.status().ToString();
-  std::this_thread::sleep_for(std::chrono::seconds(3));
+  clock.Advance(std::chrono::seconds(3));  // past the token's 2 s lifetime
   std::string buf(10, '\0');
   Status s = ReadInto(*store, info->id(), 0, buf);
   ASSERT_TRUE(s.ok()) << s.ToString();
@@ -470,7 +463,7 @@ TEST_F(GcsIntegrationTest, ExpiredTokenIsRefreshed) {
 
 TEST_F(GcsIntegrationTest, UnauthorizedResponseRefreshesTheTokenOnce) {
   const std::string public_key = File("pub.pem");
-  WriteFile(public_key, TestKey().public_pem);
+  WriteKeyFile(public_key, TestKey().public_pem);
   StartServer({"--require-auth", "--token-public-key", public_key});
   GcsOptions o = Options();
   o.anonymous = false;
@@ -528,12 +521,13 @@ TEST_F(GcsIntegrationTest, ReadWaitingOnADownServerCompletesOnceItReturns) {
   });
   auto& connect_retries = store->metrics().retries.by_cause[static_cast<size_t>(RetryCause::kConnect)];
   // Refused three times: the read is backing off when the server returns.
-  const bool waited = WaitUntil([&] { return connect_retries.load() >= 3; });
+  const ::testing::AssertionResult waited =
+      WaitUntil([&] { return connect_retries.load() >= 3; }, "a third connect retry");
   EXPECT_FALSE(finished.load()) << "the read gave up while the server was down";
   const auto back = std::chrono::steady_clock::now();
   ASSERT_TRUE(server_->Restart());  // on the main thread, which owns the child
   reader.join();
-  ASSERT_TRUE(waited) << "no third connect retry within 60 s";
+  ASSERT_TRUE(waited);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(buf == big_.substr(100, 4096));
   std::cout << "read completed " << Seconds(done - back).count() << " s after the server began to restart ("

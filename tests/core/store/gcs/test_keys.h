@@ -17,8 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/store/gcs/encoding.h"
+#include "tests/support/test_util.h"
 
 namespace tensorfs::testing {
+
 
 struct RsaTestKey {
   EVP_PKEY* pkey = nullptr;    // owns the key for the process lifetime
@@ -61,9 +63,9 @@ inline nlohmann::json ServiceAccountJson(const std::string& token_uri,
           {"token_uri", token_uri}};
 }
 
-inline void WriteFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
-  ::chmod(path.c_str(), mode);
+// Writes a credentials file as gcloud does: mode 0600 unless told otherwise.
+inline void WriteKeyFile(const std::string& path, const std::string& text, mode_t mode = 0600) {
+  WriteFile(path, text, mode);
 }
 
 // base64url (no padding) to bytes.
