@@ -354,7 +354,11 @@ TEST_F(LocalFreshnessTest, MemoryStaysBoundedOverAThousandReplacements) {
   const int64_t peak_kib = testing::ProcField(mount->pid(), "status", "VmHWM");
   ASSERT_GT(peak_kib, 0);
   std::cout << "peak RSS " << peak_kib / 1024 << " MiB, " << Stat(mount->path(), "nodes") << " nodes\n";
-  EXPECT_LE(peak_kib, static_cast<int64_t>((kCacheMib + 128) << 10));
+  if (testing::kAddressSanitizer) {
+    std::cout << "(AddressSanitizer build: the memory bound is not checked)\n";
+  } else {
+    EXPECT_LE(peak_kib, static_cast<int64_t>((kCacheMib + 128) << 10));
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,21 @@
 
 namespace tensorfs::testing {
 
+// Whether this build runs under AddressSanitizer (GCC and clang 16 define
+// __SANITIZE_ADDRESS__; clang 14 only answers __has_feature): its quarantine
+// and shadow memory are no part of a process's own memory bound.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // How long a test waits for something that happens unless the code hangs.
 inline constexpr std::chrono::seconds kHang{kHangSeconds};
 
