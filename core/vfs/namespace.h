@@ -22,9 +22,10 @@
 // node number, so nothing the kernel caches under the old number (its pages,
 // kept across opens) can be served for the new version. The old node goes on
 // reading its version (reads are pinned to the generation: from the cache, or
-// from the store while it still serves that generation, then kStale); an open
-// of a node that has left its directory's listing fails with kStale, which
-// makes the kernel look the name up again. Node numbers are never reused.
+// from the store while it still serves that generation, then kStale, or
+// kNotFound if the object was deleted); an open of a node that has left its
+// directory's listing fails with kStale, which makes the kernel look the name
+// up again. Node numbers are never reused.
 //
 // Node lifetime. The kernel holds references to nodes: each Lookup and each
 // Acquire (an entry of a READDIRPLUS reply) adds one, Forget takes them back.
