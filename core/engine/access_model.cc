@@ -76,6 +76,15 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
   const bool spills = crossing && std::any_of(access.touches.begin(), access.touches.end(), [&](const Touch& x) {
     return x.tensor == first && x.range.offset > first_begin;
   });
+  // Which tensor a read across a boundary was for. The kernel reads around a
+  // faulting page by the file's readahead, half of it past the page: a read
+  // that runs on further than that past the end of the tensor it begins in
+  // faulted on a page past that tensor (a slice reader's row of the layer
+  // norm after it, say), and touches the tensor's end without the reader
+  // having been there. A copy's last page is the tensor's own: the read
+  // around it runs on no further than that.
+  const bool neighbours_fault =
+      crossing && FaultFrom(range, r.file_readahead) >= tensors[static_cast<size_t>(first)].end;
   // The tensors a read covers between its first and last tell nothing of the
   // reader's slice or copies (they are read whole, by one read): only the
   // first and the last are recorded, so a read across many small tensors
@@ -108,6 +117,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       it->read_before = read_before;
       it->around_next = crossing && k == static_cast<size_t>(first);
       it->spilled = spills && k != static_cast<size_t>(first);
+      it->neighbours_fault = neighbours_fault && k == static_cast<size_t>(first);
     } else {
       const uint64_t b = std::min(begin, it->range.offset);
       const uint64_t e = std::max(end, it->range.end());
@@ -128,6 +138,15 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // the touch this read grew at its start is the last page's, and the
     // first page's is the nearest touch before it, read before it and still
     // no more than a first page's read-around.
+    // The two pages are the copy's own. A touch at the tensor's end made by
+    // the kernel reading around a fault past it (Touch::neighbours_fault) is
+    // no last page of a copy of this tensor. Nor is the touch taken for the
+    // other page one that grew before this one did: a copy reads its last
+    // page once and goes back to its first (or, backward, its first page once
+    // and goes on down from its last); a touch read on from its first page
+    // is where a reader began its rows (the last rank's, which end with the
+    // tensor), the kernel's readahead of a neighbour's page running on into
+    // the tensor's start afterwards.
     // A copy of the whole tensor makes a whole-tensor reader. Of a part (one
     // host's slice, before its pattern is known) the bytes in between are
     // fetched now and nothing past the copy is read ahead, so that learning
@@ -138,9 +157,10 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // next tensor makes the same read), so this read's chunk comes whole.
     // Unless a known pattern's windows hold both touches: then it is that
     // reader (rank 0) at the next tensor's window, after the header's
-    // read-around touched this one's start.
+    // read-around touched this one's start. Or unless this read faulted past
+    // the tensor: the kernel reading around a page after it.
     if (k == static_cast<size_t>(first) && t.size() >= tuning_.copy_min && it->first_read == access.clock &&
-        it->range.end() == t.end) {
+        it->range.end() == t.end && !it->neighbours_fault) {
       int others = 0;
       const Touch* head = nullptr;
       for (const Touch& x : access.touches) {
@@ -169,9 +189,10 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       // tensor's end next to the following tensor's window while the first
       // touch is still in that pattern's window here: that is a slice reader
       // (rank 0) at its next window, its readahead of this one arriving late.
-      if (head != nullptr && tail != nullptr && tail->first_read > head->first_read &&
-          tail->read_before <= tuning_.copy_tail_max && !NearKnownWindow(plan, k, tail->range, r) &&
-          !NextWindowsFirstPage(plan, k, head->range, tail->range, r)) {
+      const Touch* other = tail == &*it ? head : tail;
+      if (head != nullptr && tail != nullptr && tail->first_read > head->first_read && !tail->neighbours_fault &&
+          other->grown_at == other->first_read && tail->read_before <= tuning_.copy_tail_max &&
+          !NearKnownWindow(plan, k, tail->range, r) && !NextWindowsFirstPage(plan, k, head->range, tail->range, r)) {
         if (head->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;
@@ -197,6 +218,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         const uint64_t e = std::max(t1.range.end(), t2.range.end());
         t1.range = ByteRange{b, e - b};
         t1.around_next = t1.around_next && t2.around_next;
+        t1.neighbours_fault = t1.neighbours_fault && t2.neighbours_fault;
         t1.spilled = t1.spilled || t2.spilled;
         t1.first_read = std::min(t1.first_read, t2.first_read);
         t1.grown_at = std::max(t1.grown_at, t2.grown_at);
@@ -357,6 +379,12 @@ void AccessModel::Learned(const std::string& name, LearnedPattern found, int nar
     calls->push_back(PlannerCall{.kind = PlannerCall::Kind::kPatternDropped, .pattern_id = dropped->id});
     patterns_.erase(dropped);
   }
+}
+
+uint64_t AccessModel::FaultFrom(ByteRange range, uint64_t file_readahead) const {
+  const uint64_t half = std::max(tuning_.MarginsAt(FileReadahead(file_readahead)).window, range.length) / 2;
+  const uint64_t from = range.end() > half ? range.end() - half : 0;
+  return (from + tuning_.page - 1) & ~(tuning_.page - 1);
 }
 
 bool AccessModel::IsNear(ByteRange window, ByteRange range) const {

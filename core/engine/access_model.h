@@ -44,8 +44,9 @@ class AccessModel {
   // a slice pattern's window. kNearSlice: just outside one (the kernel reading
   // around it); kAround: at a copy's likely last page, or past the end of a
   // copy whose extent is known. Only the bytes read are fetched for either.
-  // kWholeEnd: the last page of a tensor read right after its first, likely a
-  // whole-tensor copy: its chunks come whole, nothing more.
+  // kWholeEnd: the last page of a tensor read right after its first (a fault
+  // on one of its pages, not the kernel reading around one past it), likely
+  // a whole-tensor copy: its chunks come whole, nothing more.
   enum class Mode { kWhole, kSlice, kNearSlice, kAround, kWholeEnd, kUnknown };
   // What a read calls for at once, for the planner (in this order): request
   // the rest of a tensor a whole-tensor copy began (kWholeTensor), or the
@@ -84,6 +85,12 @@ class AccessModel {
     // Made by a read across a tensor boundary past a slice the reader read
     // up to it: the kernel's readahead spilling over.
     bool spilled = false;
+    // Made, at the end of the tensor, by a read whose fault lay past it
+    // (FaultFrom): the kernel reading around a page of a tensor after it,
+    // nothing the reader touched here. Never the last page of a copy of this
+    // tensor, which faults on its own pages only. No more so once it has
+    // grown into another touch.
+    bool neighbours_fault = false;
     uint64_t grown_at = 0;  // the read that last made it larger
     uint64_t copy_end = 0;  // where the copy reading it ends, once known; 0 before
     uint64_t read_before = 0;  // when it appeared: the largest touch of its tensor before it
@@ -171,6 +178,11 @@ class AccessModel {
   // wider (its reader was seen leaving rows of it unread), else as one more.
   void Learned(const std::string& name, LearnedPattern found, int narrowing, const Reader& reader,
                std::vector<PlannerCall>* calls);
+  // The first page the fault that made the kernel read `range` can be on,
+  // for a reader of a file opened at `file_readahead`: the kernel reads
+  // around a faulting page by the file's readahead, half of it past the page
+  // (a read longer than that is bounded by its own length).
+  uint64_t FaultFrom(ByteRange range, uint64_t file_readahead) const;
   // Whether `range` lies within Tuning::near_window of `window` (a slice
   // reader's kernel reading around its slice).
   bool IsNear(ByteRange window, ByteRange range) const;

@@ -29,7 +29,11 @@
 //     tensor, as many bytes as it has read there in a row, within the tensor;
 //     for a copy whose extent its first reads show (memcpy reads the first
 //     page, the last, then the rest), the bytes in between at once and
-//     nothing past it.
+//     nothing past it. Those pages are the copy's own, read in that order:
+//     neither the kernel reading around a fault in the tensor after (a slice
+//     reader's row of a layer norm there), which touches the tensor's end,
+//     nor the start of a reader's rows that it reads on from (the last
+//     rank's, which end with the tensor) makes a copy.
 //   With -o shard=0/1 (shard_world 1: the host reads every tensor whole) no
 //   reader is unknown: each is served as a whole-tensor reader from its first
 //   read; with -o shard=R/N the windows of slice R are known from the first.

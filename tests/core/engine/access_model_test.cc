@@ -106,6 +106,32 @@ class AccessModelTest : public ::testing::Test {
     }
     return out;
   }
+  // A file as a qwen2 checkpoint lays out its attention weights (bf16, rows
+  // of 2 KiB): a 1 MiB tensor, a bias (one row), a 2 MiB tensor, a layer
+  // norm (one row), a 2 MiB tensor; tensor boundaries off the page grid, as
+  // a header's length leaves them.
+  static ChunkPlan NormsAroundPlan() {
+    SafetensorsHeader h;
+    h.header_length = 5088;
+    uint64_t at = 0;
+    for (auto [name, shape] : {std::pair<const char*, std::vector<uint64_t>>{"a", {512, 1024}}, {"bias", {1024}},
+                               {"t", {1024, 1024}}, {"norm", {1024}}, {"u", {1024, 1024}}}) {
+      const uint64_t bytes = 2 * (shape.size() == 2 ? shape[0] * shape[1] : shape[0]);
+      h.tensors.push_back(TensorInfo{name, Dtype::BF16, shape, at, at + bytes});
+      at += bytes;
+    }
+    return ChunkPlan::ForSafetensors(h, h.data_start() + h.data_size(), h.data_start(), 8 << 20);
+  }
+  // The kernel's read around a fault at byte `at`, in a file opened at `readahead`.
+  static ByteRange Around(uint64_t at, uint64_t readahead) {
+    return ByteRange{(at & ~(kPage - 1)) - readahead / 2, readahead};
+  }
+  // Rows rank/world..(rank+1)/world of `t`.
+  static ByteRange RowsOf(const TensorSpan& t, uint64_t rank, uint64_t world) {
+    const uint64_t n = t.rows();
+    return ByteRange{t.begin + rank * n / world * t.row_bytes, ((rank + 1) * n / world - rank * n / world) * t.row_bytes};
+  }
+
   const TensorSpan& T(size_t i) const { return plan_.tensors()[i]; }
   // Rows rank/world..(rank+1)/world of tensor `i`.
   ByteRange Rows(size_t i, uint64_t rank, uint64_t world) const {
@@ -160,6 +186,93 @@ TEST_F(AccessModelTest, BackwardCopyOfASliceAsksForTheBytesBetweenItsFirstAndLas
   EXPECT_EQ(third.calls[0].range, (ByteRange{slice.offset + kPage, slice.length - 2 * kPage - kRead}));
   EXPECT_EQ(third.copy_end, slice.end());
   EXPECT_EQ(Read(r, ByteRange{slice.end(), kPage}).mode, AccessModel::Mode::kAround) << "past the copy";
+}
+
+// A slice reader (rank 5 of 8) copies its row of the bias, then its row of
+// the layer norm: the kernel reads around the first across the start of the
+// 2 MiB tensor between them, and around the second back across its end.
+// That is what a copy of the tensor makes the kernel read (its first page,
+// then its last), but the second fault lay past the tensor: its end is not
+// the last page of a copy of it, and only the bytes read are fetched.
+TEST_F(AccessModelTest, AReadAroundAFaultPastATensorIsNoCopysLastPage) {
+  const ChunkPlan plan = NormsAroundPlan();
+  const auto& t = plan.tensors();
+  for (const uint64_t readahead : {kFile, kRead}) {
+    AccessModel model(tuning_, std::nullopt);
+    ReaderState r;
+    const ByteRange bias = RowsOf(t[1], 5, 8), norm = RowsOf(t[3], 5, 8);
+    // The bias's row is on the tensor's first page; the norm's past its last.
+    ASSERT_EQ(bias.offset & ~(kPage - 1), t[2].begin & ~(kPage - 1));
+    ASSERT_GE(norm.offset & ~(kPage - 1), t[2].end);
+    model.Classify(plan, "m", r.Of(readahead), Around(bias.offset, readahead));
+    const AccessModel::Answer second = model.Classify(plan, "m", r.Of(readahead), Around(norm.offset, readahead));
+    EXPECT_EQ(second.mode, AccessModel::Mode::kAround) << "readahead " << readahead;
+    EXPECT_TRUE(second.calls.empty()) << "readahead " << readahead;
+    // Its own row of the tensor, copied in order, is no copy of the tensor.
+    const ByteRange rows = RowsOf(t[2], 5, 8);
+    for (uint64_t at = Around(rows.offset, readahead).offset; at < rows.end() + readahead; at += readahead) {
+      const AccessModel::Answer a = model.Classify(plan, "m", r.Of(readahead), ByteRange{at, readahead});
+      EXPECT_TRUE(a.calls.empty()) << "readahead " << readahead << ", at " << at;
+    }
+    EXPECT_LE(r.clock.whole_until, r.clock.reads) << "readahead " << readahead << ": taken for a whole reader";
+  }
+}
+
+// The same reads a copy of that tensor makes the kernel read: around its
+// first page (the bias's page), then around its last, across its end into
+// the tensors after. That fault lay in the tensor: a whole-tensor copy.
+TEST_F(AccessModelTest, AWholeCopysReadAroundItsLastPageIntoTheNextTensorsIsItsLastPage) {
+  const ChunkPlan plan = NormsAroundPlan();
+  const auto& t = plan.tensors();
+  for (const uint64_t readahead : {kFile, kRead}) {
+    AccessModel model(tuning_, std::nullopt);
+    ReaderState r;
+    EXPECT_EQ(model.Classify(plan, "m", r.Of(readahead), Around(t[2].begin, readahead)).mode,
+              AccessModel::Mode::kUnknown);
+    const ByteRange last = Around(t[2].end - 1, readahead);
+    ASSERT_GT(last.end(), t[3].end) << "the read runs on into the tensors after";
+    EXPECT_EQ(model.Classify(plan, "m", r.Of(readahead), last).mode, AccessModel::Mode::kWholeEnd)
+        << "readahead " << readahead;
+    const AccessModel::Answer third = model.Classify(
+        plan, "m", r.Of(readahead), ByteRange{Around(t[2].begin, readahead).end(), readahead});
+    EXPECT_EQ(third.mode, AccessModel::Mode::kWhole) << "readahead " << readahead;
+    ASSERT_EQ(third.calls.size(), 1u) << "readahead " << readahead;
+    EXPECT_EQ(third.calls[0].kind, AccessModel::PlannerCall::Kind::kWholeTensor);
+    EXPECT_EQ(third.calls[0].tensor, 2u);
+  }
+}
+
+// The last rank's slice ends with its tensor. Its reader copies its row of
+// the bias (the kernel reads around it across the tensor's start), then its
+// rows of the tensor, in order, up to the tensor's end; the kernel's
+// readahead of the bias's page then runs on into the tensor. The touch at
+// the start grows after the one at the end appeared: the shape of a copy's
+// first page, last page, then the rest. But the touch at the end grew before
+// it, read on from its first page: the start of the reader's rows, not a
+// copy's last page, which is read once before the copy goes back to its
+// first.
+TEST_F(AccessModelTest, RowsReadOnFromTheirFirstPageAreNoCopysLastPage) {
+  const ChunkPlan plan = NormsAroundPlan();
+  const auto& t = plan.tensors();
+  ReaderState r;
+  const ByteRange bias = RowsOf(t[1], 7, 8), rows = RowsOf(t[2], 7, 8);
+  ASSERT_EQ(bias.offset & ~(kPage - 1), t[2].begin & ~(kPage - 1));
+  ASSERT_EQ(rows.end(), t[2].end);
+  std::vector<AccessModel::PlannerCall> calls;
+  auto read = [&](ByteRange range) {
+    const AccessModel::Answer a = model_.Classify(plan, "m", r.Of(kFile), range);
+    calls.insert(calls.end(), a.calls.begin(), a.calls.end());
+    return a;
+  };
+  const ByteRange first = Around(bias.offset, kFile);
+  read(first);
+  for (uint64_t at = Around(rows.offset, kFile).offset; at < rows.end() + kFile / 2; at += kFile) {
+    read(ByteRange{at, kFile});
+  }
+  const AccessModel::Answer on = read(ByteRange{first.end(), kFile});
+  EXPECT_NE(on.mode, AccessModel::Mode::kWhole);
+  EXPECT_TRUE(calls.empty()) << "calls for " << calls.size() << " copies";
+  EXPECT_LE(r.clock.whole_until, r.clock.reads) << "taken for a whole reader";
 }
 
 TEST_F(AccessModelTest, SliceReaderTeachesItsRowsAndItsReadsFallInTheirWindows) {

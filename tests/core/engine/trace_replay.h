@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/engine/read_engine.h"
@@ -29,6 +31,14 @@ inline ModelSpec TraceCheckpointSpec() {
                    .dtype = Dtype::F32};
 }
 inline constexpr int kTraceCheckpointShards = 2;
+
+// The checkpoint of the traces in traces/qwen2: tensorfs-testdata --arch qwen2
+// --layers 2 --hidden 512 --intermediate 1536 --vocab 1024 --dtype f32 --shards 2.
+inline ModelSpec Qwen2TraceCheckpointSpec() {
+  return ModelSpec{.arch = Arch::kQwen2, .layers = 2, .hidden = 512, .intermediate = 1536, .vocab = 1024,
+                   .dtype = Dtype::F32};
+}
+inline constexpr int kQwen2TraceCheckpointShards = 2;
 
 // The engine's options as a mount has them by default, with one fetch at a time.
 inline EngineOptions TraceReplayOptions() {
@@ -82,16 +92,33 @@ inline std::string ReplayRead(ReadEngine& engine, MemoryStore& memory, const Obj
   return "";
 }
 
+// TraceReplayOptions() as a mount at its defaults has them: the readahead
+// policy's values (readahead_policy.h), each file opened at the one its
+// process's readers call for (see ReplayTrace's `opens`).
+inline EngineOptions MountDefaultsReplayOptions() {
+  EngineOptions options = TraceReplayOptions();
+  options.readahead = ReadaheadPolicy::ForMount(/*explicit_read_ahead=*/false, 0, options.shard_world);
+  return options;
+}
+
 // Replays `reads`; `merge_readers`: as if every read named no reader (the
-// engine before readers were told apart saw them so). Returns the requests,
-// sorted within each read; a read that fails or returns other bytes than
-// `memory` holds is returned in *error.
+// engine before readers were told apart saw them so). `opens`: the engine
+// applies its readahead policy as a mount does (a sink takes its values) and
+// each reader opens its file (ReadEngine::Opening) just before its first read
+// of it (a trace records no opens), so that the engine takes each file to be
+// read at the readahead a mount would have opened it with: for traces
+// recorded at a mount's defaults, replayed with MountDefaultsReplayOptions().
+// Returns the requests, sorted within each read; a read that fails or returns
+// other bytes than `memory` holds is returned in *error.
 inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::vector<TracedRead>& reads,
                                                 bool merge_readers, std::string* error,
-                                                const EngineOptions& options = TraceReplayOptions()) {
+                                                const EngineOptions& options = TraceReplayOptions(),
+                                                bool opens = false) {
   ControlledStore store(memory, /*hold=*/false);
   Metrics metrics;
   ReadEngine engine(store, options, metrics);
+  if (opens) engine.SetReadaheadSink([](uint64_t) {});
+  std::set<std::pair<uint64_t, std::string>> opened;  // (reader, object)
   std::vector<ReplayedRequest> out;
   size_t seen = 0;
   for (size_t i = 0; i < reads.size(); ++i) {
@@ -100,6 +127,9 @@ inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::
     if (!object.ok()) {
       *error = "read " + std::to_string(i) + ": " + object.status().ToString();
       return out;
+    }
+    if (opens && r.kernel && r.reader != 0 && !merge_readers && opened.emplace(r.reader, r.object).second) {
+      engine.Opening(r.object, ReaderId{.value = r.reader, .process = r.process});
     }
     if (r.prefetch_call) {
       engine.Prefetch(*object, ByteRange{r.offset, r.length}, r.within);

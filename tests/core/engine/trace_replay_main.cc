@@ -1,10 +1,13 @@
-// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--debug]:
+// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--mount-defaults] [--debug]:
 // replays a read trace through the engine (see trace_replay.h) and prints the
 // range requests it made, one a line, for the expected-request files next to
 // the traces. --checkpoint: the objects are DIR's files (a trace recorded on
 // another checkpoint than the traces' own, tensorfs-testdata's output say);
-// --shard R/N: the engine of a mount given -o shard=R/N; --debug: the
-// engine's debug log (what it learned of each reader) on stdout.
+// --shard R/N: the engine of a mount given -o shard=R/N; --mount-defaults:
+// the readahead policy of a mount at its defaults applied, each reader's file
+// opened before its first read (a trace recorded at a mount's defaults, not
+// at a fixed readahead); --debug: the engine's debug log (what it learned of
+// each reader) on stdout.
 #include <spdlog/spdlog.h>
 
 #include <cinttypes>
@@ -18,6 +21,7 @@
 int main(int argc, char** argv) {
   using namespace tensorfs;
   bool merge = false;
+  bool mount_defaults = false;
   std::string checkpoint;
   std::string trace;
   EngineOptions options = tensorfs::testing::TraceReplayOptions();
@@ -25,6 +29,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg == "--merge-readers") {
       merge = true;
+    } else if (arg == "--mount-defaults") {
+      mount_defaults = true;
     } else if (arg == "--debug") {
       spdlog::set_level(spdlog::level::debug);
     } else if (arg == "--checkpoint" && i + 1 < argc) {
@@ -42,7 +48,8 @@ int main(int argc, char** argv) {
     }
   }
   if (trace.empty()) {
-    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--debug]\n");
+    std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] "
+                         "[--mount-defaults] [--debug]\n");
     return 2;
   }
   StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(tensorfs::testing::ReadWhole(trace));
@@ -66,8 +73,14 @@ int main(int argc, char** argv) {
     if (!files.ok()) return 1;
     for (auto& [name, bytes] : *files) memory.Put(name, bytes);
   }
+  // -o shard= sets the policy's values itself (above).
+  if (mount_defaults && options.shard_world == 0) {
+    options.readahead = tensorfs::testing::MountDefaultsReplayOptions().readahead;
+  }
   std::string error;
-  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error, options)) std::printf("%s\n", r.ToString().c_str());
+  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error, options, mount_defaults)) {
+    std::printf("%s\n", r.ToString().c_str());
+  }
   if (!error.empty()) {
     std::fprintf(stderr, "%s\n", error.c_str());
     return 1;

@@ -180,5 +180,105 @@ TEST_F(TraceReplayTest, ReadersToldApartMakeTheirRecordedRequestsAndFetchAtMostO
   }
 }
 
+// Traces of the qwen2 trace checkpoint read through a mount at its defaults
+// (traces/qwen2; README.md in traces/ says how they were made), replayed with
+// the mount's readahead policy, each reader's file opened before its first
+// read (ReplayTrace's `opens`).
+class Qwen2TraceReplayTest : public ::testing::Test {
+ protected:
+  Qwen2TraceReplayTest() {
+    auto files = testing::BuildCheckpointFiles(testing::Qwen2TraceCheckpointSpec(),
+                                               {.num_shards = testing::kQwen2TraceCheckpointShards});
+    EXPECT_TRUE(files.ok());
+    for (auto& [name, bytes] : *files) {
+      if (name.ends_with(".safetensors")) file_bytes_ += bytes.size();
+      memory_.Put(name, bytes);
+    }
+  }
+
+  static std::vector<fs::path> Qwen2Traces() {
+    std::vector<fs::path> traces;
+    for (const auto& entry : fs::directory_iterator(kTraces / "qwen2")) {
+      if (entry.path().extension() == ".trace") traces.push_back(entry.path());
+    }
+    std::sort(traces.begin(), traces.end());
+    return traces;
+  }
+
+  std::vector<std::string> Replay(const fs::path& trace) {
+    StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(Slurp(trace));
+    EXPECT_TRUE(reads.ok()) << reads.status().ToString();
+    if (!reads.ok()) return {};
+    std::string error;
+    std::vector<std::string> lines = Lines(testing::ReplayTrace(
+        memory_, *reads, /*merge_readers=*/false, &error, testing::MountDefaultsReplayOptions(), /*opens=*/true));
+    EXPECT_EQ(error, "") << trace;
+    return lines;
+  }
+
+  // The bytes the kernel read, each once.
+  static uint64_t KernelBytes(const fs::path& trace) {
+    StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(Slurp(trace));
+    EXPECT_TRUE(reads.ok()) << reads.status().ToString();
+    if (!reads.ok()) return 0;
+    std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> ranges;
+    for (const TracedRead& r : *reads) ranges[r.object].emplace_back(r.offset, r.offset + r.length);
+    uint64_t bytes = 0;
+    for (auto& [object, list] : ranges) {
+      std::sort(list.begin(), list.end());
+      uint64_t covered_to = 0;
+      for (auto [begin, end] : list) {
+        begin = std::max(begin, covered_to);
+        if (end > begin) bytes += end - begin;
+        covered_to = std::max(covered_to, end);
+      }
+    }
+    return bytes;
+  }
+
+  testing::MemoryStore memory_;
+  uint64_t file_bytes_ = 0;  // of the checkpoint's safetensors files
+};
+
+TEST_F(Qwen2TraceReplayTest, TracesAreThere) { EXPECT_GE(Qwen2Traces().size(), 4u) << kTraces / "qwen2"; }
+
+// The requests recorded in `<trace>.readers`.
+TEST_F(Qwen2TraceReplayTest, ReadersMakeTheirRecordedRequests) {
+  for (const fs::path& trace : Qwen2Traces()) {
+    fs::path readers = trace;
+    readers.replace_extension(".readers");
+    EXPECT_EQ(Replay(trace), Lines(Slurp(readers))) << trace;
+  }
+}
+
+// A whole-tensor loader's copies, in storage order or shuffled, have the
+// kernel read around their first and last pages across the tensors' edges,
+// as a slice reader's rows of a bias or a layer norm next to them do: they
+// are still told for copies, and each byte of the files comes once.
+TEST_F(Qwen2TraceReplayTest, WholeLoadersFetchEveryByteOnce) {
+  for (const std::string name : {"load", "load_shuffled"}) {
+    EXPECT_EQ(TotalsOf(Replay(kTraces / "qwen2" / (name + ".trace"))).bytes, file_bytes_) << name;
+  }
+}
+
+// The last rank of 8, reading its rows in a shuffled order: its rows of the
+// biases and layer norms next to a weight have the kernel read around the
+// weight's first page and then its last, or it reads its rows of the weight
+// (which end with it) before the kernel's readahead runs on past the bias's
+// page into the weight's start. Neither is a copy of the weight: it fetches
+// little more than the kernel reads (the files' heads, and the bytes read
+// ahead of its first rows), where it fetched 2.2 and 6 times as much, the
+// chunks of a weight taken for a whole copy, then every byte as a whole
+// reader's.
+TEST_F(Qwen2TraceReplayTest, LastRankShuffledFetchesLittleMoreThanTheKernelReads) {
+  for (const std::string name : {"slice_shuffled_seed2_r7of8", "slice_shuffled_seed3_r7of8"}) {
+    const fs::path trace = kTraces / "qwen2" / (name + ".trace");
+    const uint64_t fetched = TotalsOf(Replay(trace)).bytes;
+    const uint64_t kernel = KernelBytes(trace);
+    ASSERT_GT(kernel, 0u) << name;
+    EXPECT_LE(fetched * 10, kernel * 13) << name << ": " << fetched << " bytes fetched, the kernel read " << kernel;
+  }
+}
+
 }  // namespace
 }  // namespace tensorfs
