@@ -82,19 +82,41 @@ struct FuseHandlers {
     return e;
   }
 
+  // The kernel did not take a reply that handed it `node` (the request was
+  // interrupted): the reference counted for it is given back.
+  static void Unreferenced(fuse_req_t req, NodeId node) {
+    const Namespace::Forgotten forgotten[] = {{node, 1}};
+    Ns(req).Forget(forgotten);
+  }
+
   static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
     StatusOr<NodeAttr> attr = Ns(req).Lookup(NodeId{parent}, name);
     if (!attr.ok() && attr.status().code() == ErrorCode::kNotFound) {
-      // A negative entry: the kernel remembers the name is absent (the namespace
-      // is fixed for the mount's life), so repeated probes cost nothing.
+      // A negative entry: the kernel remembers the name is absent until the
+      // namespace would look for it again (negative_ttl), so repeated probes
+      // cost nothing.
       fuse_entry_param e = {};
-      e.entry_timeout = Server(req).options_.entry_timeout_s;
+      e.entry_timeout = Server(req).negative_timeout_s_;
       fuse_reply_entry(req, &e);
       return;
     }
     if (!attr.ok()) return ReplyError(req, attr.status());
     fuse_entry_param e = EntryOf(req, *attr);
-    fuse_reply_entry(req, &e);
+    if (fuse_reply_entry(req, &e) == -ENOENT) Unreferenced(req, attr->id);
+  }
+
+  static void Forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+    const Namespace::Forgotten forgotten[] = {{NodeId{ino}, nlookup}};
+    Ns(req).Forget(forgotten);
+    fuse_reply_none(req);
+  }
+
+  static void ForgetMulti(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+    std::vector<Namespace::Forgotten> forgotten;
+    forgotten.reserve(count);
+    for (size_t i = 0; i < count; ++i) forgotten.push_back({NodeId{forgets[i].ino}, forgets[i].nlookup});
+    Ns(req).Forget(forgotten);
+    fuse_reply_none(req);
   }
 
   static void GetAttr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
@@ -111,18 +133,20 @@ struct FuseHandlers {
   };
 
   static void OpenDir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-    StatusOr<std::vector<DirEntry>> entries = Ns(req).ReadDir(NodeId{ino});
-    if (!entries.ok()) return ReplyError(req, entries.status());
+    StatusOr<Namespace::Directory> dir = Ns(req).ReadDir(NodeId{ino});
+    if (!dir.ok()) return ReplyError(req, dir.status());
     StatusOr<NodeAttr> self = Ns(req).GetAttr(NodeId{ino});
     if (!self.ok()) return ReplyError(req, self.status());
     auto handle = std::make_unique<DirHandle>();
-    handle->entries.reserve(entries->size() + 2);
+    handle->entries.reserve(dir->entries.size() + 2);
     handle->entries.push_back(DirEntry{".", *self});
     handle->entries.push_back(DirEntry{"..", *self});  // the kernel fills in the real parent
-    for (DirEntry& e : *entries) handle->entries.push_back(std::move(e));
+    for (DirEntry& e : dir->entries) handle->entries.push_back(std::move(e));
     fi->fh = Server(req).handles_.Add(std::move(handle));  // freed at ReleaseDir (see Open)
+    // The kernel keeps what it read of the directory across opens until the
+    // listing changes (it is also told so then, see KernelNotifier).
     fi->cache_readdir = 1;
-    fi->keep_cache = 1;
+    fi->keep_cache = dir->changed ? 0 : 1;
     if (fuse_reply_open(req, fi) == -ENOENT) Server(req).handles_.Remove(fi->fh);
   }
 
@@ -135,22 +159,32 @@ struct FuseHandlers {
     const auto& entries = HandleTable::Get<DirHandle>(fi->fh).entries;
     std::vector<char> buf(size);
     size_t used = 0;
+    std::vector<NodeId> handed;  // entries of a READDIRPLUS reply: each one a kernel reference
     for (size_t i = static_cast<size_t>(offset); i < entries.size(); ++i) {
       const DirEntry& entry = entries[i];
+      const off_t next = static_cast<off_t>(i + 1);
       size_t n;
       if (plus) {
+        // How much the entry takes, before it is counted as handed out.
+        if (fuse_add_direntry_plus(req, nullptr, 0, entry.name.c_str(), nullptr, 0) > size - used) break;
         fuse_entry_param e = EntryOf(req, entry.attr);
-        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, entry.name.c_str(), &e,
-                                   static_cast<off_t>(i + 1));
+        if (i >= 2) {  // not "." or "..": the kernel takes a reference to the others
+          StatusOr<NodeAttr> attr = Ns(req).Acquire(entry.attr.id);
+          if (!attr.ok()) continue;  // freed since the directory was opened: left out
+          e = EntryOf(req, *attr);
+          handed.push_back(attr->id);
+        }
+        n = fuse_add_direntry_plus(req, buf.data() + used, size - used, entry.name.c_str(), &e, next);
       } else {
         struct stat st = StatOf(req, entry.attr);
-        n = fuse_add_direntry(req, buf.data() + used, size - used, entry.name.c_str(), &st,
-                              static_cast<off_t>(i + 1));
+        n = fuse_add_direntry(req, buf.data() + used, size - used, entry.name.c_str(), &st, next);
       }
       if (n > size - used) break;
       used += n;
     }
-    fuse_reply_buf(req, buf.data(), used);
+    if (fuse_reply_buf(req, buf.data(), used) == -ENOENT) {
+      for (NodeId id : handed) Unreferenced(req, id);
+    }
   }
 
   static void ReadDir(fuse_req_t req, fuse_ino_t, size_t size, off_t offset, fuse_file_info* fi) {
@@ -168,8 +202,14 @@ struct FuseHandlers {
     const ReaderId reader{server.next_reader_.fetch_add(1, std::memory_order_relaxed),
                           ThreadGroupOf(static_cast<uint64_t>(fuse_req_ctx(req)->pid))};
     Status status = Ns(req).Open(NodeId{ino}, reader);
+    if (status.code() == ErrorCode::kStale) {
+      // The file was replaced or removed: the kernel looks its name up again
+      // and opens what it names now. Expected as a bucket changes.
+      spdlog::debug("{}", status.message());
+      return (void)fuse_reply_err(req, ESTALE);
+    }
     if (!status.ok()) return ReplyError(req, status);
-    fi->keep_cache = 1;  // objects are immutable for the mount's life
+    fi->keep_cache = 1;  // a node is one version of an object: its pages never change
     fi->noflush = 1;
     // An open file's handle: the reader its reads are for; freed at Release.
     fi->fh = server.handles_.Add(std::make_unique<ReaderId>(reader));
@@ -267,6 +307,8 @@ struct FuseHandlers {
       fuse_lowlevel_ops o = {};
       o.init = Init;
       o.lookup = Lookup;
+      o.forget = Forget;
+      o.forget_multi = ForgetMulti;
       o.getattr = GetAttr;
       o.setattr = SetAttr;
       o.mknod = MkNod;
@@ -372,7 +414,9 @@ FuseServer::FuseServer(Namespace& ns, const MountOptions& options, Metrics& metr
       options_(options),
       metrics_(metrics),
       uid_(options.uid.value_or(::getuid())),
-      gid_(options.gid.value_or(::getgid())) {}
+      gid_(options.gid.value_or(::getgid())),
+      negative_timeout_s_(NegativeEntryTimeout(options)),
+      notifier_(std::make_unique<KernelNotifier>(metrics)) {}
 
 StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const MountOptions& options,
                                                         Metrics& metrics) {
@@ -456,9 +500,13 @@ Status FuseServer::Run() {
   fuse_loop_cfg_set_clone_fd(config, !adopted_fd() || CanOpenDevFuse() ? 1 : 0);
   fuse_loop_cfg_set_max_threads(config, static_cast<unsigned>(options_.max_threads));
   fuse_loop_cfg_set_idle_threads(config, static_cast<unsigned>(std::min(options_.max_threads, 10)));
+  notifier_->Start(session_);
+  ns_.SetChangeObserver(notifier_.get());
   int rc = fuse_session_loop_mt(session_, config);
   fuse_loop_cfg_destroy(config);
   if (on_stopping_) on_stopping_();
+  ns_.SetChangeObserver(nullptr);
+  if (!notifier_->Stop()) (void)notifier_.release();  // still inside the kernel, with the session
   if (mounted_) {
     fuse_session_unmount(session_);
     mounted_ = false;
@@ -481,6 +529,8 @@ FuseServer::~FuseServer() {
   if (session_ == nullptr) return;
   if (mounted_) fuse_session_unmount(session_);
   if (signals_set_) fuse_remove_signal_handlers(session_);
+  if (notifier_ == nullptr) return;  // its thread may still use the session
+  notifier_.reset();
   fuse_session_destroy(session_);
 }
 

@@ -15,6 +15,14 @@
 // Either way Mount() never resolves or stats the mount point before mounting:
 // an automount there would wait for this very mount.
 //
+// Kernel caches: entries and attributes are cached for attr_timeout and
+// entry_timeout (by default the metadata TTL), names not found for
+// NegativeEntryTimeout; a file's pages are kept across opens (a node is one
+// version of an object), a directory's readdir pages until its listing
+// changes. The kernel's lookup counts are the Namespace's to keep (Lookup,
+// READDIRPLUS entries, FORGET); the Namespace's changes reach the kernel
+// through a KernelNotifier, which the server starts and stops with Run().
+//
 // Thread-safety: Run() serves requests on up to options.max_threads threads;
 // Stop() may be called from any thread; the rest from the thread that called
 // Mount() (which must also call Run()).
@@ -33,6 +41,7 @@
 #include "core/util/status.h"
 #include "core/vfs/namespace.h"
 #include "fs/handle_table.h"
+#include "fs/kernel_notifier.h"
 
 struct fuse_session;
 
@@ -87,6 +96,10 @@ class FuseServer {
   Metrics& metrics_;
   const uid_t uid_;  // every node's owner: options_.uid, else the user we run as
   const gid_t gid_;
+  const double negative_timeout_s_;  // NegativeEntryTimeout(options_)
+  // Tells the kernel what changed. Released (left running, with the
+  // session) if it cannot be stopped: it may still use the session.
+  std::unique_ptr<KernelNotifier> notifier_;
   fuse_session* session_ = nullptr;
   int fuse_fd_ = -1;  // N of /dev/fd/N, or -1 when Mount() mounted a directory
   pthread_t loop_thread_{};  // the thread that called Mount() and runs Run()

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -85,12 +86,18 @@ Status ReachSource(Namespace& ns, const MountOptions& options, const Metrics& me
   }
   RETURN_IF_ERROR(done.get());
   if (HasBucketPrefix(options.source)) {
-    StatusOr<std::vector<DirEntry>> root = ns.ReadDir(kRootNode);  // listed above: no request
-    if (root.ok() && root->empty()) {
+    StatusOr<Namespace::Directory> root = ns.ReadDir(kRootNode);  // listed above: no request
+    if (root.ok() && root->entries.empty()) {
       return NotFoundError(options.source + " holds no objects: check the prefix in the URL");
     }
   }
   return OkStatus();
+}
+
+// A TTL option's seconds (inf: forever).
+std::chrono::nanoseconds Ttl(double seconds) {
+  if (std::isinf(seconds)) return Freshness::kForever;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(seconds));
 }
 
 // The start-up check's outcome, shared by the thread that checks and main.
@@ -158,7 +165,8 @@ int MountAndServe(const MountOptions& options) {
   Namespace ns(**store, engine,
                ViewOptions{.kinds = options.views,
                            .grouper = std::make_shared<const LayerGrouper>(std::move(*grouper)),
-                           .prefetch_window = options.engine.prefetch_window});
+                           .prefetch_window = options.engine.prefetch_window},
+               Freshness{.metadata_ttl = Ttl(options.metadata_ttl_s), .negative_ttl = Ttl(options.negative_ttl_s)});
 
   StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);
   if (!server.ok()) return fail(ExitStatus::kMountPoint, server.status());

@@ -3,6 +3,7 @@
 #include <sys/xattr.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -42,6 +43,10 @@ nlohmann::json MountSettingsJson(const MountOptions& options, uint32_t uid, uint
                       {"file_mode", octal(options.file_mode)},
                       {"dir_mode", octal(options.dir_mode)}};
   if (e.shard_world > 0) j["shard"] = std::to_string(e.shard_rank) + "/" + std::to_string(e.shard_world);
+  // Seconds, or "inf" (which JSON has no number for).
+  auto seconds = [](double s) { return std::isinf(s) ? nlohmann::json("inf") : nlohmann::json(s); };
+  j["metadata_ttl"] = seconds(options.metadata_ttl_s);
+  j["negative_ttl"] = seconds(options.negative_ttl_s);
   return j;
 }
 
@@ -90,6 +95,17 @@ std::string RenderStatsText(const nlohmann::json& s) {
       << " misses, " << u("cache_evictions") << " evictions\n";
   out << "chunk buffers           " << u("buffers_reused") << " reused, " << u("buffers_mapped") << " mapped fresh\n";
   out << "metadata requests       " << u("metadata_requests") << "\n";
+  out << "listings                " << u("listings");
+  if (const auto mount = s.find("mount"); mount != s.end() && mount->contains("metadata_ttl")) {
+    const nlohmann::json& ttl = (*mount)["metadata_ttl"];
+    char seconds[32] = "inf";
+    if (ttl.is_number()) std::snprintf(seconds, sizeof seconds, "%g s", ttl.get<double>());
+    out << ", metadata_ttl " << seconds;
+  }
+  out << " (" << u("listings_changed") << " found a change: "
+      << u("versions_replaced") << " objects replaced, " << u("entries_removed") << " entries gone); "
+      << u("kernel_invalidations") << " kernel invalidations sent\n";
+  out << "nodes                   " << u("nodes") << "\n";
   const auto& lat = s.value("fetch_latency", nlohmann::json::object());
   char line[128];
   std::snprintf(line, sizeof line, "fetch latency           p50 <= %.3f s, p90 <= %.3f s, p99 <= %.3f s over %llu fetches\n",

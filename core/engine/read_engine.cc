@@ -12,6 +12,15 @@
 #include "core/util/log_limiter.h"
 
 namespace tensorfs {
+namespace {
+
+// Nothing is pending on the object's state: it may be dropped.
+bool Unused(const ObjectState& st) {
+  return st.jobs == 0 && st.plan_waiters.empty() && st.pending_prefetch.empty() && st.pending_sweeps.empty() &&
+         st.continue_bytes == 0;
+}
+
+}  // namespace
 
 // One read in progress: the chunks it needs, filled as they arrive.
 struct ReadEngine::ReadOp {
@@ -251,17 +260,28 @@ void ReadEngine::PruneObjects() {
   if (objects_.size() <= tuning_.max_objects) return;
   std::vector<std::pair<uint64_t, std::map<ObjectId, ObjectState>::iterator>> idle;
   for (auto it = objects_.begin(); it != objects_.end(); ++it) {
-    const ObjectState& st = it->second;
-    if (st.jobs == 0 && st.plan_waiters.empty() && st.pending_prefetch.empty() && st.pending_sweeps.empty() &&
-        st.continue_bytes == 0) {
-      idle.emplace_back(st.last_used, it);
-    }
+    if (Unused(it->second)) idle.emplace_back(it->second.last_used, it);
   }
   std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (size_t i = 0; i < idle.size() && objects_.size() > tuning_.max_objects * 3 / 4; ++i) {
     cache_.DropExtents(idle[i].second->first);
     objects_.erase(idle[i].second);
   }
+}
+
+void ReadEngine::ForgetObject(const ObjectId& object) {
+  std::vector<std::shared_ptr<const Chunk>> evicted;  // released after mu_
+  MutexLock lock(mu_);
+  EvictedChunks keep_evicted(cache_, evicted);
+  read_order_.erase(object);
+  std::erase_if(read_order_, [&](const auto& entry) { return entry.second.id() == object; });
+  for (auto& [id, st] : objects_) {
+    if (st.successor && st.successor->id() == object) st.successor.reset();
+  }
+  auto it = objects_.find(object);
+  if (it == objects_.end() || !Unused(it->second)) return;
+  cache_.DropExtents(object);
+  objects_.erase(it);
 }
 
 void ReadEngine::DropSweeps(int pattern_id) {

@@ -77,9 +77,10 @@
 // file was opened with.
 //
 // State is bounded: objects' state (and their cached extents) past
-// Tuning::max_objects idle ones, readers' past Tuning::max_readers (and at
-// ReleaseReader), processes' kinds past ReadaheadPolicy::kProcesses, extents
-// by the cache's budget, slice sweeps with the patterns they belong to.
+// Tuning::max_objects idle ones (and a version no file shows any more at
+// ForgetObject), readers' past Tuning::max_readers (and at ReleaseReader),
+// processes' kinds past ReadaheadPolicy::kProcesses, extents by the cache's
+// budget, slice sweeps with the patterns they belong to.
 //
 // A broken invariant on the read path (cache entries that do not tile a read)
 // answers that read with kInternal (EIO), is logged (rate-limited) and counted
@@ -242,6 +243,13 @@ class ReadEngine final : private FetchPlanner::Host {
 
   // The file `reader` was opened on is closed: what was learned of it goes.
   void ReleaseReader(ReaderId reader) EXCLUDES(mu_);
+
+  // No file shows the object version `object` any more (the namespace freed
+  // its node): its state, its cached extents and its place in the read order
+  // go now, not when the engine's bounds reach them. State that fetches
+  // queued or running still use stays until they end (PruneObjects then finds
+  // it idle); chunks a read holds stay until the read is answered.
+  void ForgetObject(const ObjectId& object) EXCLUDES(mu_);
 
   // Where the readahead policy's value goes (the FUSE adapter writes the
   // mount's bdi): called at once with the value wanted now, then each time

@@ -106,6 +106,12 @@ nlohmann::json Metrics::ToJson() const {
                   {"exhausted", load(retries.exhausted)}};
   j["reads_failed_eio"] = load(reads_failed_eio);
   j["engine_inconsistencies"] = load(engine_inconsistencies);
+  j["listings"] = load(listings);
+  j["listings_changed"] = load(listings_changed);
+  j["versions_replaced"] = load(versions_replaced);
+  j["entries_removed"] = load(entries_removed);
+  j["kernel_invalidations"] = load(kernel_invalidations);
+  j["nodes"] = load(nodes);
   nlohmann::json sizes = nlohmann::json::object();
   for (size_t i = 0; i < kReadSizeBuckets; ++i) sizes[std::to_string(4096ull << i)] = load(read_sizes[i]);
   j["fuse_read_sizes"] = std::move(sizes);

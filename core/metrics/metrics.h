@@ -91,6 +91,16 @@ struct Metrics {
   std::atomic<uint64_t> bytes_fetched{0};      // bytes read from the store
   std::atomic<uint64_t> fetches_in_flight{0};  // now
   std::atomic<uint64_t> metadata_requests{0};  // listings and stats
+  // Freshness (core/vfs/namespace.h): directory listings sent to the store,
+  // those that found a directory changed (its first listing not counted),
+  // objects seen with a new generation, names gone from a listing, kernel
+  // cache invalidations sent (fs/), and the nodes the mount holds now.
+  std::atomic<uint64_t> listings{0};
+  std::atomic<uint64_t> listings_changed{0};
+  std::atomic<uint64_t> versions_replaced{0};
+  std::atomic<uint64_t> entries_removed{0};
+  std::atomic<uint64_t> kernel_invalidations{0};
+  std::atomic<uint64_t> nodes{0};  // a gauge
   std::array<std::atomic<uint64_t>, 10> errors_by_code{};  // index: ErrorCode
   LatencyHistogram fetch_latency;
   RetryCounters retries;                        // store requests tried again
@@ -131,6 +141,8 @@ struct Metrics {
   //  "retries": {"total": n, "by_cause": {"http_503": n, "connect": n, ...}, "resumed_bytes": n,
   //              "exhausted": n},
   //  "reads_failed_eio": n, "engine_inconsistencies": n,
+  //  "listings": n, "listings_changed": n, "versions_replaced": n, "entries_removed": n,
+  //  "kernel_invalidations": n, "nodes": n,
   //  "fuse_read_sizes": {"4096": n, "8192": n, ..., "1048576": n},
   //  "files_opened_by_read_ahead": {"131072": n, ...}} (the sizes files were opened at, only those)
   nlohmann::json ToJson() const;

@@ -80,6 +80,17 @@ std::string RenderPrometheusText(const Metrics& m) {
   Single(out, "tensorfs_fetches_in_flight", "gauge", "Ranged reads in flight now.", m.fetches_in_flight);
   Single(out, "tensorfs_metadata_requests_total", "counter", "Listings and stats sent to the object store.",
          m.metadata_requests);
+  Single(out, "tensorfs_listings_total", "counter", "Directory listings sent to the object store.", m.listings);
+  Single(out, "tensorfs_listings_changed_total", "counter",
+         "Listings that found a directory changed (new, replaced or removed entries).", m.listings_changed);
+  Single(out, "tensorfs_versions_replaced_total", "counter",
+         "Objects a listing found with a new generation: new files (new inodes) to the kernel.", m.versions_replaced);
+  Single(out, "tensorfs_entries_removed_total", "counter", "Names a listing found gone from a directory.",
+         m.entries_removed);
+  Single(out, "tensorfs_kernel_invalidations_total", "counter",
+         "Notifications sent to the kernel to drop cached entries and directory pages.", m.kernel_invalidations);
+  Single(out, "tensorfs_nodes", "gauge", "Files and directories the mount holds (listed, or held by the kernel).",
+         m.nodes);
 
   Family(out, "tensorfs_errors_total", "counter", "Failed operations, by kind of error.");
   for (size_t i = 1; i < m.errors_by_code.size(); ++i) {

@@ -11,6 +11,9 @@
 //   tensorfs_cache_evictions_total, tensorfs_cache_bytes (gauge),
 //   tensorfs_fetches_total, tensorfs_prefetches_total, tensorfs_fetched_bytes_total,
 //   tensorfs_fetches_in_flight (gauge), tensorfs_metadata_requests_total,
+//   tensorfs_listings_total, tensorfs_listings_changed_total,
+//   tensorfs_versions_replaced_total, tensorfs_entries_removed_total,
+//   tensorfs_kernel_invalidations_total, tensorfs_nodes (gauge),
 //   tensorfs_errors_total{kind="not_found"|...} (one series per ErrorCode but OK),
 //   tensorfs_retries_total{cause="connect"|"reset"|"truncated"|"stall"|"credentials"|"other"}
 //     (always present) and {cause="http",code="503"} (one series per status code seen),

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <regex>
 #include <thread>
 
@@ -26,6 +28,22 @@ Status ParseNumber(std::string_view name, std::string_view value, double min, do
     return InvalidArgumentError("option " + std::string(name) + "=" + std::string(value) +
                                 ": expected a number from " + std::to_string(min) + " to " +
                                 std::to_string(max));
+  }
+  out = v;
+  return OkStatus();
+}
+
+// A number of seconds, or "inf".
+Status ParseSeconds(std::string_view name, std::string_view value, double& out) {
+  if (value == "inf") {
+    out = std::numeric_limits<double>::infinity();
+    return OkStatus();
+  }
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size() || !(v >= 0 && v <= 1e9)) {
+    return InvalidArgumentError("option " + std::string(name) + "=" + std::string(value) +
+                                ": expected seconds (0 to 1e9, fractions allowed) or inf");
   }
   out = v;
   return OkStatus();
@@ -158,6 +176,19 @@ const std::array kOptions = {
                }},
 
     // Cache and fetching.
+    OptionSpec{.name = "metadata_ttl", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "list a directory again after this long: new objects appear, replaced ones reach new "
+                       "opens (0: at every lookup and open; inf: never)",
+               .default_value = "60",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSeconds("metadata_ttl", v, o.metadata_ttl_s);
+               }},
+    OptionSpec{.name = "negative_ttl", .value_name = "SECONDS", .group = OptionGroup::kSource,
+               .help = "look for a name not found again after this long (at most metadata_ttl)",
+               .default_value = "5",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 return ParseSeconds("negative_ttl", v, o.negative_ttl_s);
+               }},
     OptionSpec{.name = "cache_size", .value_name = "SIZE", .group = OptionGroup::kCache,
                .help = "memory for cached chunks",
                .default_value = "2G; less under a cgroup limit",
@@ -289,13 +320,13 @@ const std::array kOptions = {
                }},
     OptionSpec{.name = "attr_timeout", .value_name = "SECONDS", .group = OptionGroup::kKernel,
                .help = "how long the kernel caches attributes",
-               .default_value = "3600",
+               .default_value = "metadata_ttl, 3600 if inf",
                .apply = [](MountOptions& o, std::string_view v) {
                  return ParseNumber("attr_timeout", v, 0, 1e9, o.attr_timeout_s);
                }},
     OptionSpec{.name = "entry_timeout", .value_name = "SECONDS", .group = OptionGroup::kKernel,
                .help = "how long the kernel caches names",
-               .default_value = "3600",
+               .default_value = "metadata_ttl, 3600 if inf",
                .apply = [](MountOptions& o, std::string_view v) {
                  return ParseNumber("entry_timeout", v, 0, 1e9, o.entry_timeout_s);
                }},
@@ -578,6 +609,11 @@ Status ValidateMountOptions(MountOptions& options) {
   ASSIGN_OR_RETURN(const std::string fitted, FitEngineToCache(options));
   if (!fitted.empty()) spdlog::warn("{}", fitted);
   RETURN_IF_ERROR(options.engine.Validate());
+  // The kernel's caches follow the metadata TTL, so that after it a lookup
+  // reaches the mount, which lists the directory again.
+  const double kernel_timeout = std::isinf(options.metadata_ttl_s) ? 3600 : options.metadata_ttl_s;
+  if (!options.given.contains("attr_timeout")) options.attr_timeout_s = kernel_timeout;
+  if (!options.given.contains("entry_timeout")) options.entry_timeout_s = kernel_timeout;
   if (options.max_background == 0) options.max_background = DefaultMaxBackground(UsableCpus());
   if (options.congestion_threshold == 0) {
     options.congestion_threshold = std::max(1, options.max_background * 3 / 4);
@@ -587,6 +623,11 @@ Status ValidateMountOptions(MountOptions& options) {
                                 ": the kernel would never hold readahead back; lower it or raise max_background");
   }
   return OkStatus();
+}
+
+double NegativeEntryTimeout(const MountOptions& options) {
+  if (std::isinf(options.metadata_ttl_s)) return options.entry_timeout_s;
+  return std::min(options.negative_ttl_s, options.metadata_ttl_s);
 }
 
 int DefaultLocalFetches(unsigned cpus) { return static_cast<int>(std::clamp<unsigned>(2 * cpus, 4, 32)); }

@@ -44,8 +44,16 @@ struct MountOptions {
   std::optional<uint32_t> gid;
   uint32_t file_mode = 0444;
   uint32_t dir_mode = 0555;
-  double attr_timeout_s = 3600;   // kernel attribute cache lifetime
-  double entry_timeout_s = 3600;  // kernel dentry cache lifetime
+  // Freshness (docs/FRESHNESS.md): a directory's listing is taken again once
+  // it is older than metadata_ttl (infinity: listed once, nothing looked at
+  // again); a name looked up and not found is looked for again after
+  // negative_ttl.
+  double metadata_ttl_s = 60;
+  double negative_ttl_s = 5;
+  // The kernel's attribute and dentry cache lifetimes; unless given, set by
+  // ValidateMountOptions to metadata_ttl (3600 when it is infinite).
+  double attr_timeout_s = 3600;
+  double entry_timeout_s = 3600;
   std::string layer_regex;        // overrides the built-in layer grouping rules
   std::vector<ViewKind> views{kAllViews.begin(), kAllViews.end()};  // shown in checkpoint directories
   EngineOptions engine;           // chunk size, cache size, parallelism, prefetch
@@ -143,6 +151,11 @@ bool IsObjectStoreSource(std::string_view source);
 // mount point: start-up must not touch it before mounting (an automount there
 // would wait for this very mount); see CheckMountPointDirectory.
 Status ValidateMountOptions(MountOptions& options);
+
+// How long the kernel keeps a negative entry (a name looked up and not
+// found): negative_ttl (at most metadata_ttl), or entry_timeout when
+// metadata_ttl is infinite (nothing is looked for again).
+double NegativeEntryTimeout(const MountOptions& options);
 
 // The default max_background for a machine with `cpus` CPUs (chosen by
 // measurement, scaled to the CPUs: docs/design/readahead.md).

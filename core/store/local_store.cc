@@ -126,7 +126,7 @@ Status LocalStore::Read(const ObjectId& object, uint64_t offset, std::span<std::
     status = ErrnoStatus(errno, "stat " + path);
   } else if (GenerationOf(st) != object.generation) {
     status = StaleError(path + " changed while mounted (generation " + object.generation.ToString() +
-                        " is gone); remount to see the new version");
+                        " is gone); open it again to read the new version");
   } else {
     status = CheckRangeWithin(object, offset, out.size(), static_cast<uint64_t>(st.st_size));
   }

@@ -3,7 +3,9 @@
 //
 // LOCK ORDERING (the one place it is written down): a thread holding a lock may
 // take only locks listed below it.
-//   1. vfs::Namespace::mu_ (not held across engine or store calls)
+//   1. vfs::Namespace::mu_ (not held across engine or store calls, nor while
+//      its ChangeObserver is called; a listing in flight is waited for on
+//      a condition variable of this mutex)
 //   2. views::ViewReader::prefetch_mu_
 //   3. engine::ReadEngine::mu_ (not held across store I/O or while calling back)
 //   4. store locks (LocalStore has none; the GCS token cache, the AWS
@@ -11,7 +13,10 @@
 //   5. leaf locks: logging rate limiters (taken after the process-wide list of
 //      limiters, see log_limiter.h), stats counters, the stores' EndpointHealth
 //      and RetryWindows, S3Store's region, the engine's BufferPool (a chunk may
-//      be freed, and its buffer returned, under ReadEngine::mu_)
+//      be freed, and its buffer returned, under ReadEngine::mu_),
+//      fs::HandleTable's lock, fs::KernelNotifier::mu_ (its queue; never held
+//      while it notifies the kernel, which may wait for a FUSE request to be
+//      answered)
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 

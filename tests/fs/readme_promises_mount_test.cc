@@ -72,21 +72,6 @@ void OpenToEveryone(const std::string& dir) {
   }
 }
 
-// A field of /proc/PID/status or /proc/PID/io ("VmHWM", "write_bytes"); -1 if absent.
-int64_t ProcField(pid_t pid, const std::string& file, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::istringstream value(line.substr(field.size() + 1));
-      int64_t v = -1;
-      value >> v;
-      return v;
-    }
-  }
-  return -1;
-}
-
 // Compares `mounted`, read with read() 1 MiB at a time, with `source`.
 ::testing::AssertionResult SameFileByRead(const std::string& mounted, const std::string& source) {
   int fd = ::open(mounted.c_str(), O_RDONLY);
@@ -207,7 +192,7 @@ TEST(MemoryBoundTest, ReadingACheckpointLargerThanTheCacheStaysWithinTheBoundAnd
   auto mount = TensorfsMount::Start(
       "gs://bkt", {"-o", "anonymous,cache_size=64M,log_level=error,endpoint=" + server->endpoint()}, &error);
   ASSERT_NE(mount, nullptr) << error;
-  const int64_t written_before = ProcField(mount->pid(), "io", "write_bytes");
+  const int64_t written_before = testing::ProcField(mount->pid(), "io", "write_bytes");
   ASSERT_GE(written_before, 0) << "no /proc/PID/io";
 
   uint64_t files = 0;
@@ -218,19 +203,19 @@ TEST(MemoryBoundTest, ReadingACheckpointLargerThanTheCacheStaysWithinTheBoundAnd
   }
   EXPECT_GE(files, 3u);
 
-  const int64_t peak_kib = ProcField(mount->pid(), "status", "VmHWM");
-  const int64_t written_after = ProcField(mount->pid(), "io", "write_bytes");
+  const int64_t peak_kib = testing::ProcField(mount->pid(), "status", "VmHWM");
+  const int64_t written_after = testing::ProcField(mount->pid(), "io", "write_bytes");
   ASSERT_GT(peak_kib, 0);
   const uint64_t peak = static_cast<uint64_t>(peak_kib) << 10;
   std::cout << "peak RSS " << (peak >> 20) << " MiB reading " << (written->plan.total_size >> 20)
             << " MiB of tensors with cache_size=64M; bytes written to disk: " << written_after - written_before
             << "\n";
   EXPECT_EQ(written_after - written_before, 0) << "tensorfs wrote to local disk";
-#if defined(__SANITIZE_ADDRESS__)
-  std::cout << "(AddressSanitizer build: the memory bound is not checked)\n";
-#else
-  EXPECT_LE(peak, kCache + (128ull << 20)) << "peak RSS " << (peak >> 20) << " MiB";
-#endif
+  if (testing::kAddressSanitizer) {
+    std::cout << "(AddressSanitizer build: the memory bound is not checked)\n";
+  } else {
+    EXPECT_LE(peak, kCache + (128ull << 20)) << "peak RSS " << (peak >> 20) << " MiB";
+  }
 }
 
 // ---- dead mount, not root ----

@@ -29,6 +29,21 @@ TEST(MountSettingsTest, AShardIsWrittenAsGiven) {
   EXPECT_EQ(MountSettingsJson(options, 0, 0)["shard"], "3/8");
 }
 
+TEST(MountSettingsTest, TtlsAreSecondsOrInf) {
+  MountOptions options;
+  ASSERT_TRUE(ApplyMountOptionList(options, "metadata_ttl=inf,negative_ttl=2.5").ok());
+  const nlohmann::json j = MountSettingsJson(options, 0, 0);
+  EXPECT_EQ(j["metadata_ttl"], "inf");
+  EXPECT_EQ(j["negative_ttl"], 2.5);
+  nlohmann::json stats = nlohmann::json::object();
+  stats["mount"] = j;
+  stats["listings"] = 3;
+  EXPECT_THAT(RenderStatsText(stats), HasSubstr("listings                3, metadata_ttl inf ("));
+  options.metadata_ttl_s = 60;
+  stats["mount"] = MountSettingsJson(options, 0, 0);
+  EXPECT_THAT(RenderStatsText(stats), HasSubstr("listings                3, metadata_ttl 60 s ("));
+}
+
 TEST(MountSettingsTest, TheTextSummaryStartsWithTheMount) {
   MountOptions options;
   options.source = "gs://b";

@@ -23,6 +23,11 @@ int MemoryStore::read_count() const {
   return read_count_;
 }
 
+int MemoryStore::list_count() const {
+  MutexLock lock(mu_);
+  return list_count_;
+}
+
 StatusOr<ObjectInfo> MemoryStore::Stat(std::string_view name) {
   MutexLock lock(mu_);
   auto it = objects_.find(name);
@@ -32,6 +37,7 @@ StatusOr<ObjectInfo> MemoryStore::Stat(std::string_view name) {
 
 StatusOr<Listing> MemoryStore::List(std::string_view prefix, std::string_view delimiter) {
   MutexLock lock(mu_);
+  ++list_count_;
   Listing listing;
   for (auto it = objects_.lower_bound(prefix); it != objects_.end() && it->first.starts_with(prefix); ++it) {
     AddToListing(ObjectInfo{.name = it->first, .size = it->second.bytes.size(),

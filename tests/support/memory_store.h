@@ -22,6 +22,8 @@ class MemoryStore : public ObjectStore {
   void Remove(const std::string& name) EXCLUDES(mu_);
   // Number of Read() calls so far.
   int read_count() const EXCLUDES(mu_);
+  // Number of List() calls so far.
+  int list_count() const EXCLUDES(mu_);
 
   StatusOr<ObjectInfo> Stat(std::string_view name) override EXCLUDES(mu_);
   StatusOr<Listing> List(std::string_view prefix, std::string_view delimiter) override EXCLUDES(mu_);
@@ -37,6 +39,7 @@ class MemoryStore : public ObjectStore {
   std::map<std::string, Object, std::less<>> objects_ GUARDED_BY(mu_);
   int64_t next_generation_ GUARDED_BY(mu_) = 1000;
   int read_count_ GUARDED_BY(mu_) = 0;
+  int list_count_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tensorfs::testing

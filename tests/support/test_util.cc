@@ -101,6 +101,20 @@ std::string RandomBytes(size_t n, uint64_t seed) {
   return s;
 }
 
+int64_t ProcField(pid_t pid, const std::string& file, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      std::istringstream value(line.substr(field.size() + 1));
+      int64_t v = -1;
+      value >> v;
+      return v;
+    }
+  }
+  return -1;
+}
+
 const std::string& SharedData(const std::string& key, const std::function<void(const std::string& dir)>& make) {
   static std::mutex mu;
   static std::map<std::string, std::string> made;  // in this process

@@ -18,6 +18,21 @@
 
 namespace tensorfs::testing {
 
+// Whether this build runs under AddressSanitizer (GCC and clang 16 define
+// __SANITIZE_ADDRESS__; clang 14 only answers __has_feature): its quarantine
+// and shadow memory are no part of a process's own memory bound.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+inline constexpr bool kAddressSanitizer = true;
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+#else
+inline constexpr bool kAddressSanitizer = false;
+#endif
+
 // How long a test waits for something that happens unless the code hangs.
 inline constexpr std::chrono::seconds kHang{kHangSeconds};
 
@@ -53,6 +68,9 @@ void WriteFile(const std::string& path, const std::string& bytes, mode_t mode = 
 ::testing::AssertionResult SameBytes(const std::string& got, const std::string& want);
 // `n` pseudo-random bytes, the same for the same seed.
 std::string RandomBytes(size_t n, uint64_t seed);
+// A field of /proc/PID/status or /proc/PID/io ("VmHWM" in KiB, "write_bytes");
+// -1 if absent.
+int64_t ProcField(pid_t pid, const std::string& file, const std::string& field);
 
 // Polls `done` (every 20 ms) until it holds. After `timeout` it fails, naming
 // `what`: the test waits on an event, and the timeout only catches a hang, so

@@ -311,7 +311,7 @@ Status GcsStore::Read(const ObjectId& object, uint64_t offset, std::span<std::by
   if (now.ok() && now->generation != object.generation) {
     return StaleError(ctx.object_url + " changed while mounted (generation " + object.generation.ToString() +
                       " is gone; now generation " + now->generation.ToString() +
-                      "); remount to see the new version");
+                      "); open it again to read the new version");
   }
   return s;
 }

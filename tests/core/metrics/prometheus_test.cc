@@ -119,6 +119,8 @@ const char* const kFamilies[] = {
     "tensorfs_fetches_in_flight",       "tensorfs_metadata_requests_total", "tensorfs_errors_total",
     "tensorfs_retries_total",           "tensorfs_resumed_bytes_total",   "tensorfs_retries_exhausted_total",
     "tensorfs_reads_failed_eio_total",  "tensorfs_fetch_latency_seconds",
+    "tensorfs_listings_total",          "tensorfs_listings_changed_total", "tensorfs_versions_replaced_total",
+    "tensorfs_entries_removed_total",   "tensorfs_kernel_invalidations_total", "tensorfs_nodes",
 };
 
 TEST(PrometheusTextTest, EveryFamilyHasHelpTypeAndSamplesInOrder) {
@@ -135,6 +137,7 @@ TEST(PrometheusTextTest, EveryFamilyHasHelpTypeAndSamplesInOrder) {
   }
   EXPECT_EQ(e.type["tensorfs_cache_bytes"], "gauge");
   EXPECT_EQ(e.type["tensorfs_fetches_in_flight"], "gauge");
+  EXPECT_EQ(e.type["tensorfs_nodes"], "gauge");
   EXPECT_EQ(e.type["tensorfs_fetch_latency_seconds"], "histogram");
   EXPECT_EQ(e.help.size(), std::size(kFamilies)) << "a family without a test here";
 }
@@ -152,6 +155,12 @@ TEST(PrometheusTextTest, CountersAndGaugesCarryTheirValues) {
   metrics.bytes_fetched = 123456789012ull;
   metrics.fetches_in_flight = 4;
   metrics.metadata_requests = 11;
+  metrics.listings = 12;
+  metrics.listings_changed = 13;
+  metrics.versions_replaced = 14;
+  metrics.entries_removed = 15;
+  metrics.kernel_invalidations = 16;
+  metrics.nodes = 17;
   Exposition e = ParseExposition(RenderPrometheusText(metrics));
   EXPECT_EQ(e.samples["tensorfs_read_requests_total"], 3);
   EXPECT_EQ(e.samples["tensorfs_served_bytes_total"], 4096);
@@ -164,6 +173,12 @@ TEST(PrometheusTextTest, CountersAndGaugesCarryTheirValues) {
   EXPECT_EQ(e.samples["tensorfs_fetched_bytes_total"], 123456789012.0);
   EXPECT_EQ(e.samples["tensorfs_fetches_in_flight"], 4);
   EXPECT_EQ(e.samples["tensorfs_metadata_requests_total"], 11);
+  EXPECT_EQ(e.samples["tensorfs_listings_total"], 12);
+  EXPECT_EQ(e.samples["tensorfs_listings_changed_total"], 13);
+  EXPECT_EQ(e.samples["tensorfs_versions_replaced_total"], 14);
+  EXPECT_EQ(e.samples["tensorfs_entries_removed_total"], 15);
+  EXPECT_EQ(e.samples["tensorfs_kernel_invalidations_total"], 16);
+  EXPECT_EQ(e.samples["tensorfs_nodes"], 17);
 }
 
 TEST(PrometheusTextTest, ErrorsAreOneSeriesPerKind) {

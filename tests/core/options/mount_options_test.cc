@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
@@ -242,6 +244,49 @@ TEST(MountOptionsTest, QueueLimitsGivenAreKeptAndChecked) {
   const Status s = ValidateMountOptions(bad);
   EXPECT_THAT(s.message(), HasSubstr("congestion_threshold=9 is above max_background=8"));
   EXPECT_THAT(ApplyMountOption(bad, "max_background", "0").message(), HasSubstr("max_background"));
+}
+
+TEST(MountOptionsTest, TtlsDefaultToSixtyAndFiveSeconds) {
+  MountOptions o;
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  ASSERT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_EQ(o.metadata_ttl_s, 60);
+  EXPECT_EQ(o.negative_ttl_s, 5);
+  EXPECT_EQ(o.attr_timeout_s, 60);
+  EXPECT_EQ(o.entry_timeout_s, 60);
+  EXPECT_EQ(NegativeEntryTimeout(o), 5);
+}
+
+TEST(MountOptionsTest, KernelTimeoutsFollowTheMetadataTtlUnlessGiven) {
+  MountOptions o;
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(o, "metadata_ttl=0.5,attr_timeout=7").ok());
+  ASSERT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_EQ(o.attr_timeout_s, 7);
+  EXPECT_EQ(o.entry_timeout_s, 0.5);
+  EXPECT_EQ(NegativeEntryTimeout(o), 0.5) << "a name is looked for again with the listing at the latest";
+}
+
+TEST(MountOptionsTest, InfiniteTtlKeepsTheKernelCachingForAnHour) {
+  MountOptions o;
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  ASSERT_TRUE(ApplyMountOptionList(o, "metadata_ttl=inf,negative_ttl=0").ok());
+  ASSERT_TRUE(ValidateMountOptions(o).ok());
+  EXPECT_TRUE(std::isinf(o.metadata_ttl_s));
+  EXPECT_EQ(o.attr_timeout_s, 3600);
+  EXPECT_EQ(o.entry_timeout_s, 3600);
+  EXPECT_EQ(NegativeEntryTimeout(o), 3600) << "nothing is looked for again";
+}
+
+TEST(MountOptionsTest, BadTtlSaysWhatItTakes) {
+  MountOptions o;
+  Status s = ApplyMountOption(o, "metadata_ttl", "-1");
+  EXPECT_THAT(s.message(), HasSubstr("metadata_ttl=-1"));
+  EXPECT_THAT(s.message(), HasSubstr("or inf"));
+  EXPECT_THAT(ApplyMountOption(o, "negative_ttl", "5s").message(), HasSubstr("expected seconds"));
 }
 
 TEST(MountOptionsTest, DevFdMountPointNamesTheDescriptor) {

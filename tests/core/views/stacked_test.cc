@@ -97,7 +97,7 @@ class StackedTest : public ::testing::Test {
     auto entries = ns_->ReadDir(Path("m/@stacked"));
     EXPECT_TRUE(entries.ok());
     if (!entries.ok()) return out;
-    for (const DirEntry& e : *entries) {
+    for (const DirEntry& e : entries->entries) {
       if (!e.name.ends_with(".safetensors")) continue;
       StatusOr<std::string> bytes = ReadAll(e.attr.id);
       EXPECT_TRUE(bytes.ok()) << e.name << ": " << bytes.status().message();
@@ -279,7 +279,7 @@ TEST_F(StackedTest, FilesAreAsManyAsTheSourceShardsOfAboutTheirSizeAndIndexed) {
   auto entries = ns_->ReadDir(Path("m/@stacked"));
   ASSERT_TRUE(entries.ok());
   std::vector<std::string> files;
-  for (const DirEntry& e : *entries) {
+  for (const DirEntry& e : entries->entries) {
     if (e.name.ends_with(".safetensors")) files.push_back(e.name);
   }
   EXPECT_THAT(files, ElementsAre("model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
@@ -339,7 +339,7 @@ TEST_F(StackedTest, BrokenShardMakesEveryStackedFileUnreadable) {
   auto entries = ns_->ReadDir(Path("m/@stacked"));
   ASSERT_TRUE(entries.ok());
   int unreadable = 0;
-  for (const DirEntry& e : *entries) {
+  for (const DirEntry& e : entries->entries) {
     Status open = ns_->Open(e.attr.id);
     if (e.name.ends_with(".safetensors")) {
       EXPECT_EQ(open.code(), ErrorCode::kCorrupt) << e.name;

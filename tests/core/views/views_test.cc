@@ -160,10 +160,10 @@ TEST_F(ViewsTest, CheckpointDirectoryShowsEveryView) {
   Mount();
   auto entries = ns_->ReadDir(Path("m"));
   ASSERT_TRUE(entries.ok());
-  for (ViewKind kind : kAllViews) EXPECT_THAT(Names(*entries), Contains(std::string(ViewDirName(kind))));
+  for (ViewKind kind : kAllViews) EXPECT_THAT(Names(entries->entries), Contains(std::string(ViewDirName(kind))));
   auto plain = ns_->ReadDir(Path("notes"));
   ASSERT_TRUE(plain.ok());
-  EXPECT_THAT(Names(*plain), ElementsAre("readme.txt"));
+  EXPECT_THAT(Names(plain->entries), ElementsAre("readme.txt"));
 }
 
 TEST_F(ViewsTest, ViewsOptionSelectsTheDirectories) {
@@ -171,9 +171,9 @@ TEST_F(ViewsTest, ViewsOptionSelectsTheDirectories) {
   Mount({ViewKind::kSplit4bit});
   auto entries = ns_->ReadDir(Path("m"));
   ASSERT_TRUE(entries.ok());
-  EXPECT_THAT(Names(*entries), Contains("splitted_model.4bit"));
-  EXPECT_THAT(Names(*entries), Not(Contains("splitted_model")));
-  EXPECT_THAT(Names(*entries), Not(Contains("@tensors")));
+  EXPECT_THAT(Names(entries->entries), Contains("splitted_model.4bit"));
+  EXPECT_THAT(Names(entries->entries), Not(Contains("splitted_model")));
+  EXPECT_THAT(Names(entries->entries), Not(Contains("@tensors")));
 }
 
 TEST_F(ViewsTest, RealObjectWinsOverAView) {
@@ -182,7 +182,7 @@ TEST_F(ViewsTest, RealObjectWinsOverAView) {
   Mount();
   auto entries = ns_->ReadDir(Path("m/splitted_model"));
   ASSERT_TRUE(entries.ok());
-  EXPECT_THAT(Names(*entries), ElementsAre("mine.safetensors.txt"));
+  EXPECT_THAT(Names(entries->entries), ElementsAre("mine.safetensors.txt"));
 }
 
 TEST_F(ViewsTest, SizesAreKnownBeforeAnyTensorDataIsFetched) {
@@ -193,7 +193,7 @@ TEST_F(ViewsTest, SizesAreKnownBeforeAnyTensorDataIsFetched) {
     std::string dir = "m/" + std::string(ViewDirName(kind));
     auto entries = ns_->ReadDir(Path(dir));
     ASSERT_TRUE(entries.ok());
-    for (const DirEntry& e : *entries) files += e.attr.size > 0;
+    for (const DirEntry& e : entries->entries) files += e.attr.size > 0;
   }
   EXPECT_GT(files, 50u);
   // Only the shards' heads have been fetched.
@@ -203,7 +203,7 @@ TEST_F(ViewsTest, SizesAreKnownBeforeAnyTensorDataIsFetched) {
     std::string dir = "m/" + std::string(ViewDirName(kind));
     auto entries = ns_->ReadDir(Path(dir));
     ASSERT_TRUE(entries.ok());
-    for (const DirEntry& e : *entries) {
+    for (const DirEntry& e : entries->entries) {
       auto bytes = ReadAll(e.attr.id);
       ASSERT_TRUE(bytes.ok()) << dir << "/" << e.name << ": " << bytes.status().message();
       EXPECT_EQ(bytes->size(), e.attr.size) << dir << "/" << e.name;
@@ -217,7 +217,7 @@ TEST_F(ViewsTest, LayerFilesHoldTheirTensorsUnchangedInStorageOrder) {
   Mount();
   auto entries = ns_->ReadDir(Path("m/splitted_model"));
   ASSERT_TRUE(entries.ok());
-  EXPECT_THAT(Names(*entries),
+  EXPECT_THAT(Names(entries->entries),
               ElementsAre("lm_head.safetensors", "lm_head.safetensors.done", "model.embed_tokens.safetensors",
                           "model.embed_tokens.safetensors.done", "model.layers.0.safetensors",
                           "model.layers.0.safetensors.done", "model.layers.1.safetensors",
@@ -239,8 +239,8 @@ TEST_F(ViewsTest, TiedHeadHasNoLayerFile) {
   Mount();
   auto entries = ns_->ReadDir(Path("m/splitted_model"));
   ASSERT_TRUE(entries.ok());
-  EXPECT_THAT(Names(*entries), Not(Contains("lm_head.safetensors")));
-  EXPECT_THAT(Names(*entries), Contains("model.norm.safetensors.done"));
+  EXPECT_THAT(Names(entries->entries), Not(Contains("lm_head.safetensors")));
+  EXPECT_THAT(Names(entries->entries), Contains("model.norm.safetensors.done"));
 }
 
 TEST_F(ViewsTest, PerTensorFilesAreSingleTensorCheckpoints) {
@@ -423,7 +423,7 @@ TEST_F(ViewsTest, CorruptShardBreaksOnlyTheFilesThatNeedIt) {
   int readable = 0;
   auto layers = ns_->ReadDir(Path("m/splitted_model"));
   ASSERT_TRUE(layers.ok());
-  for (const DirEntry& e : *layers) {
+  for (const DirEntry& e : layers->entries) {
     if (e.name.ends_with(".done")) continue;
     if (ns_->Open(e.attr.id).ok()) {
       EXPECT_TRUE(ReadAll(e.attr.id).ok()) << e.name;
