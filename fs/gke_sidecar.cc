@@ -35,10 +35,22 @@ std::string WhyIgnored(std::string_view key) {
   if (key.starts_with("file-cache:")) {
     return "tensorfs caches in memory, within the container's memory limit: size it with tensorfs:cache_size:SIZE";
   }
-  if (key.starts_with("metadata-cache:")) return "tensorfs lists the bucket at start-up and keeps what it read";
+  if (key.starts_with("metadata-cache:")) return "tensorfs keeps every name it listed, however many";
   if (key.starts_with("logging:")) return "tensorfs logs to the container's output; set tensorfs:log_level:debug";
   if (key == "ro" || key == "rw") return "tensorfs serves every volume read-only";
   return "gcsfuse's, with no tensorfs equivalent";
+}
+
+// gcsfuse's metadata-cache:ttl-secs:N and metadata-cache:negative-ttl-secs:N (volume attribute
+// metadataCacheTTLSeconds, ...) as metadata_ttl and negative_ttl; -1, gcsfuse's "never expires", is inf.
+std::optional<std::string> MetadataTtlItem(std::string_view key) {
+  for (auto [gcsfuse, tensorfs] : {std::pair{std::string_view("metadata-cache:ttl-secs:"), "metadata_ttl="},
+                                   std::pair{std::string_view("metadata-cache:negative-ttl-secs:"), "negative_ttl="}}) {
+    if (!key.starts_with(gcsfuse)) continue;
+    const std::string_view value = key.substr(gcsfuse.size());
+    return std::string(tensorfs) + (value == "-1" ? "inf" : std::string(value));
+  }
+  return std::nullopt;
 }
 
 bool IsBucketName(std::string_view name) {
@@ -309,6 +321,8 @@ StatusOr<GkeMount> TranslateGkeVolume(const GkeVolumeMessage& message) {
       const size_t first = value.find_first_not_of('/');
       const size_t last = value.find_last_not_of('/');
       prefix = first == std::string::npos ? "" : value.substr(first, last - first + 1);
+    } else if (const std::optional<std::string> ttl = MetadataTtlItem(key); ttl) {
+      items.push_back(*ttl);
     } else if (key.starts_with("disable-metrics-for-gke:")) {
       mount.metrics = key != "disable-metrics-for-gke:true";
     } else if (key == "uid" || key == "gid") {

@@ -13,6 +13,7 @@
 namespace tensorfs {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -109,17 +110,27 @@ TEST(GkeTranslateTest, AWrongTensorfsOptionIsIncorrectUsageNamingIt) {
 }
 
 TEST(GkeTranslateTest, OtherOptionsAreIgnoredOneLineEachNamingThem) {
-  GkeMount mount = Translated({"implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:ttl-secs:60",
+  GkeMount mount = Translated({"implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:stat-cache-max-size-mb:32",
                                "logging:severity:debug", "pod-namespace=default", "rw"});
   EXPECT_EQ(mount.options, "");
   ASSERT_THAT(mount.notes, SizeIs(6));
   EXPECT_THAT(mount.notes[0], HasSubstr("implicit-dirs"));
   EXPECT_THAT(mount.notes[1], HasSubstr("file-cache:max-size-mb:-1"));
   EXPECT_THAT(mount.notes[1], HasSubstr("tensorfs:cache_size"));
-  EXPECT_THAT(mount.notes[2], HasSubstr("metadata-cache:ttl-secs:60"));
+  EXPECT_THAT(mount.notes[2], HasSubstr("metadata-cache:stat-cache-max-size-mb:32"));
   EXPECT_THAT(mount.notes[3], HasSubstr("tensorfs:log_level"));
   EXPECT_THAT(mount.notes[4], HasSubstr("pod-namespace=default"));
   EXPECT_THAT(mount.notes[5], HasSubstr("read-only"));
+}
+
+TEST(GkeTranslateTest, MetadataCacheTtlsBecomeMetadataTtlAndNegativeTtl) {
+  EXPECT_EQ(Translated({"metadata-cache:ttl-secs:30", "metadata-cache:negative-ttl-secs:0"}).options,
+            "metadata_ttl=30,negative_ttl=0");
+  GkeMount never = Translated({"metadata-cache:ttl-secs:-1", "metadata-cache:negative-ttl-secs:-1"});
+  EXPECT_EQ(never.options, "metadata_ttl=inf,negative_ttl=inf");
+  EXPECT_THAT(never.notes, IsEmpty());
+  EXPECT_THAT(TranslationError({"metadata-cache:ttl-secs:soon"}).message(),
+              AllOf(StartsWith("Incorrect Usage: "), HasSubstr("metadata_ttl=soon")));
 }
 
 TEST(GkeTranslateTest, MetricsAreServedUnlessTheDriverDisablesThem) {

@@ -182,7 +182,7 @@ class GkeSidecarTest(unittest.TestCase):
         self.stop_native()
 
     def test_gcsfuse_options_without_an_equivalent_are_ignored_with_one_line_each(self):
-        ignored = ["implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:ttl-secs:-1",
+        ignored = ["implicit-dirs", "file-cache:max-size-mb:-1", "metadata-cache:stat-cache-max-size-mb:-1",
                    "logging:severity:debug", "enable-sidecar-bucket-access-check=true"]
         volume = self.publish("ckpt", ignored)
         self.start_sidecar(native=True)
