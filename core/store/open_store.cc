@@ -11,14 +11,18 @@
 namespace tensorfs {
 namespace {
 
+void SetHttpClientOptions(const MountOptions& options, HttpClientOptions& http) {
+  http.ca_file = options.ca_file;
+  http.retry_deadline = std::chrono::seconds(static_cast<int64_t>(options.retry_deadline_s));
+  http.stall_timeout = std::chrono::seconds(static_cast<int64_t>(options.stall_timeout_s));
+}
+
 StatusOr<std::unique_ptr<ObjectStore>> OpenGcs(const MountOptions& options, Metrics* metrics) {
   ASSIGN_OR_RETURN(GcsOptions gcs, ParseGcsUrl(options.source));
   gcs.endpoint = options.endpoint;
   gcs.key_file = options.key_file;
-  gcs.ca_file = options.ca_file;
   gcs.anonymous = options.anonymous;
-  gcs.retry_deadline = std::chrono::seconds(static_cast<int64_t>(options.retry_deadline_s));
-  gcs.stall_timeout = std::chrono::seconds(static_cast<int64_t>(options.stall_timeout_s));
+  SetHttpClientOptions(options, gcs);
   GcsStore::Dependencies deps;
   deps.metrics = metrics;
   ASSIGN_OR_RETURN(std::unique_ptr<GcsStore> store, GcsStore::Create(gcs, std::move(deps)));
@@ -34,9 +38,7 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metri
   s3.no_sign_request = options.no_sign_request;
   s3.requester_pays = options.requester_pays;
   s3.expected_bucket_owner = options.expected_bucket_owner;
-  s3.ca_file = options.ca_file;
-  s3.retry_deadline = std::chrono::seconds(static_cast<int64_t>(options.retry_deadline_s));
-  s3.stall_timeout = std::chrono::seconds(static_cast<int64_t>(options.stall_timeout_s));
+  SetHttpClientOptions(options, s3);
   S3Store::Dependencies deps;
   deps.metrics = metrics;
   ASSIGN_OR_RETURN(std::unique_ptr<S3Store> store, S3Store::Create(s3, std::move(deps)));

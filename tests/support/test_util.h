@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -72,19 +73,21 @@ std::string RandomBytes(size_t n, uint64_t seed);
 // -1 if absent.
 int64_t ProcField(pid_t pid, const std::string& file, const std::string& field);
 
-// Polls `done` (every 20 ms) until it holds. After `timeout` it fails, naming
+// Polls `done` (after 1 ms, then backing off to every 20 ms) until it holds. After `timeout` it fails, naming
 // `what`: the test waits on an event, and the timeout only catches a hang, so
 // a caller must check the result (ASSERT_TRUE) before it goes on.
 template <typename Predicate>
 [[nodiscard]] ::testing::AssertionResult WaitUntil(Predicate done, std::string_view what,
                                                    std::chrono::milliseconds timeout = kHang) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds pause(1);
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) {
       return ::testing::AssertionFailure() << "timed out after " << timeout.count() / 1000.0
                                            << " s waiting for " << what;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
   return ::testing::AssertionSuccess();
 }

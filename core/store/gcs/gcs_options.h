@@ -12,13 +12,14 @@
 #include <string>
 #include <string_view>
 
+#include "core/store/http/client_options.h"
 #include "core/util/status.h"
 
 namespace tensorfs {
 
 inline constexpr std::string_view kDefaultGcsEndpoint = "https://storage.googleapis.com";
 
-struct GcsOptions {
+struct GcsOptions : HttpClientOptions {
   std::string bucket;
   // Object-name prefix ("models/llama/"), empty or ending in '/'. Names passed to
   // the ObjectStore are relative to it.
@@ -31,20 +32,6 @@ struct GcsOptions {
   // -o key_file=PATH: a service-account key (or authorized_user) JSON file that
   // takes precedence over Application Default Credentials.
   std::string key_file;
-  // -o ca_file=PATH: PEM CA certificates that https endpoints are verified
-  // against instead of the system's. "" = the system's CA certificates.
-  std::string ca_file;
-  // Upper bound on requests in flight (and so on open connections).
-  int max_connections = 64;
-  std::chrono::milliseconds connect_timeout{10000};
-  // A response that delivers no bytes for this long is abandoned (and retried).
-  std::chrono::seconds stall_timeout{30};
-  // How long one operation keeps retrying transient failures without progress.
-  std::chrono::seconds retry_deadline{120};
-  std::chrono::milliseconds initial_backoff{100};
-  // Each wait between attempts is at most this long (and at most 1 s after a
-  // failure to connect), so a server that recovers is found within seconds.
-  std::chrono::milliseconds max_backoff{2000};
 };
 
 // Parses "gs://bucket" or "gs://bucket/some/prefix[/]" into bucket and prefix

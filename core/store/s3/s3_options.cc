@@ -2,11 +2,6 @@
 
 #include <arpa/inet.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 namespace tensorfs {
 namespace {
 
@@ -20,22 +15,6 @@ bool IsAlnum(char c) { return IsLowerAlnum(c) || (c >= 'A' && c <= 'Z'); }
 bool LooksLikeIpv4(std::string_view s) {
   in_addr addr;
   return ::inet_pton(AF_INET, std::string(s).c_str(), &addr) == 1;
-}
-
-Status CheckCaFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return InvalidArgumentError("ca_file " + path + " cannot be read (" + std::strerror(errno) +
-                                "): give a PEM file of CA certificates");
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (text.str().find("-----BEGIN CERTIFICATE-----") == std::string::npos) {
-    return InvalidArgumentError("ca_file " + path +
-                                " holds no PEM certificate (no '-----BEGIN CERTIFICATE-----' line): give the CA "
-                                "certificates in PEM form, e.g. openssl x509 -in ca.der -inform der -out ca.pem");
-  }
-  return OkStatus();
 }
 
 }  // namespace
@@ -144,18 +123,7 @@ Status ValidateS3Options(const S3Options& options) {
                                   " is not an AWS account ID (12 digits)");
     }
   }
-  if (!options.ca_file.empty()) RETURN_IF_ERROR(CheckCaFile(options.ca_file));
-  if (options.max_connections < 1 || options.max_connections > 4096) {
-    return InvalidArgumentError("max_connections=" + std::to_string(options.max_connections) +
-                                " is out of range (1 to 4096)");
-  }
-  if (options.connect_timeout.count() <= 0) return InvalidArgumentError("connect_timeout must be positive");
-  if (options.stall_timeout.count() <= 0) return InvalidArgumentError("stall_timeout must be positive");
-  if (options.retry_deadline.count() < 0) return InvalidArgumentError("retry_deadline must not be negative");
-  if (options.initial_backoff.count() <= 0 || options.max_backoff < options.initial_backoff) {
-    return InvalidArgumentError("backoff must satisfy 0 < initial_backoff <= max_backoff");
-  }
-  return OkStatus();
+  return ValidateHttpClientOptions(options);
 }
 
 std::string S3Url(std::string_view bucket, std::string_view key) {

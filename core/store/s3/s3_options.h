@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/store/http/client_options.h"
 #include "core/util/status.h"
 
 namespace tensorfs {
@@ -19,7 +20,7 @@ namespace tensorfs {
 // before a bucket's own region is discovered.
 inline constexpr std::string_view kDefaultS3Region = "us-east-1";
 
-struct S3Options {
+struct S3Options : HttpClientOptions {
   std::string bucket;
   // Key prefix ("models/llama/"), empty or ending in '/'. Names passed to the
   // ObjectStore are relative to it.
@@ -41,15 +42,8 @@ struct S3Options {
   bool no_sign_request = false;  // anonymous: public buckets
   bool requester_pays = false;   // x-amz-request-payer: requester
   std::string expected_bucket_owner;  // x-amz-expected-bucket-owner (a 12-digit account ID)
-  // PEM CA bundle for https endpoints ("" = $AWS_CA_BUNDLE, the profile's
-  // ca_bundle, else the system's CA certificates).
-  std::string ca_file;
-  int max_connections = 64;
-  std::chrono::milliseconds connect_timeout{10000};
-  std::chrono::seconds stall_timeout{30};
-  std::chrono::seconds retry_deadline{120};
-  std::chrono::milliseconds initial_backoff{100};
-  std::chrono::milliseconds max_backoff{2000};
+  // HttpClientOptions::ca_file "" means $AWS_CA_BUNDLE, the profile's
+  // ca_bundle, else the system's CA certificates.
 };
 
 // Parses "s3://bucket" or "s3://bucket/some/prefix[/]" into bucket and prefix

@@ -10,6 +10,7 @@
 #include "tests/support/checkpoint_gen.h"
 #include "tests/support/manual_clock.h"
 #include "tests/support/memory_store.h"
+#include "tests/support/test_util.h"
 
 namespace tensorfs {
 namespace {
@@ -399,11 +400,8 @@ TEST_F(NamespaceTtlTest, CallersThatNeedOneDirectoryAtOnceShareOneListing) {
   }
   // The caller that lists reads the clock twice, each other caller once
   // before it waits for that listing (with the namespace's lock held).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (clock_.now_calls() < calls_before + kCallers + 1) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the callers never reached the listing";
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(testing::WaitUntil([&] { return clock_.now_calls() >= calls_before + kCallers + 1; },
+                        "every caller to reach the listing"));
   gate_.Release();
   for (auto& lookup : lookups) EXPECT_TRUE(lookup.get());
   EXPECT_EQ(store_.list_count(), 2);
@@ -508,11 +506,7 @@ TEST_F(NamespaceTtlTest, RepeatedReplacementsKeepTheTableBounded) {
     // The head prefetched for the new version is in before the next one
     // comes: the state of a version with a fetch in flight stays (to the
     // engine's own bound).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!engine_.Idle()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the engine never settled";
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(testing::WaitUntil([&] { return engine_.Idle(); }, "the engine to settle"));
     Forget(file->id, 1);
   }
   EXPECT_LE(ns_.Stats().nodes, 6u);

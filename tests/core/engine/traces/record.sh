@@ -2,12 +2,21 @@
 # Records the kernel's reads of the benchmark's loaders (bench/loader.py) as
 # read traces: each workload on a fresh mount of the trace checkpoint (a local
 # directory; the engine's decisions do not depend on the source), with
-# TENSORFS_TRACE_READS set, at the kernel's default readahead.
+# TENSORFS_TRACE_READS set.
 #
 #   tests/core/engine/traces/record.sh BUILD_DIR [NAME...]   # NAMEs: only those traces
+#   tests/core/engine/traces/record.sh --qwen2 BUILD_DIR [NAME...]
+#
+# --qwen2 records the traces of qwen2/ instead, on the qwen2 trace checkpoint
+# (its q/k/v_proj biases and layer norms, one row each, lie on either side of
+# the attention weights). Both mount at the defaults: the readahead policy in
+# force, so the first shard is read at 64 KiB and a process's next file at
+# what its readers were seen to do (readahead_policy.h).
 #
 # Then write the expected requests (README.md says how).
 set -euo pipefail
+qwen2=false
+if [[ ${1:-} == --qwen2 ]]; then qwen2=true; shift; fi
 build=$(realpath "$1")
 shift
 only=" $* "
@@ -15,8 +24,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 loader=$(cd "$here/../../../.." && pwd)/bench/loader.py
 work=$(mktemp -d /tmp/tensorfs-traces-XXXXXX)
 trap 'fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
-"$build/tests/support/tensorfs-testdata" --arch llama --layers 4 --hidden 512 --intermediate 1536 --vocab 4096 \
-  --dtype f32 --shards 2 --out "$work/src" > /dev/null
+if $qwen2; then
+  here=$here/qwen2
+  checkpoint=(--arch qwen2 --layers 2 --hidden 512 --intermediate 1536 --vocab 1024)
+else
+  checkpoint=(--arch llama --layers 4 --hidden 512 --intermediate 1536 --vocab 4096)
+fi
+"$build/tests/support/tensorfs-testdata" "${checkpoint[@]}" --dtype f32 --shards 2 --out "$work/src" > /dev/null
 mkdir -p "$work/mnt"
 shards=(model-00001-of-00002.safetensors model-00002-of-00002.safetensors)
 
@@ -33,6 +47,16 @@ record() {
   echo "$name: $(grep -vc '^#' "$here/$name.trace") reads"
 }
 files() { local out=""; for s in "$@"; do out+=" \$M/$s"; done; echo "$out"; }
+
+if $qwen2; then
+  record load "$loader load $(files "${shards[@]}")"
+  record load_shuffled "$loader load --order random --seed 1 $(files "${shards[@]}")"
+  for seed in 2 3; do
+    record "slice_shuffled_seed${seed}_r7of8" \
+      "$loader slice --rank 7 --world 8 --order random --seed $seed $(files "${shards[@]}")"
+  done
+  exit 0
+fi
 
 record w1_load "$loader load $(files "${shards[@]}")"
 record w2_load_shuffled "$loader load --order random --seed 1 $(files "${shards[@]}")"

@@ -114,7 +114,8 @@ TEST(ValidateGcsOptionsTest, RejectsContradictionsAndBadValues) {
   EXPECT_THAT(ValidateGcsOptions(o).message(), HasSubstr("https://"));
   o = GcsOptions{.bucket = "bucket", .prefix = "no-slash"};
   EXPECT_THAT(ValidateGcsOptions(o).message(), HasSubstr("must end with '/'"));
-  o = GcsOptions{.bucket = "bucket", .max_connections = 0};
+  o = GcsOptions{.bucket = "bucket"};
+  o.max_connections = 0;
   EXPECT_THAT(ValidateGcsOptions(o).message(), HasSubstr("max_connections"));
 }
 

@@ -357,7 +357,9 @@ TEST_F(S3StoreTest, SlowDownIsRetriedAndCountedByCause) {
 }
 
 TEST_F(S3StoreTest, APersistentSlowDownGivesUpWithTheCode) {
-  Make({.region = "us-east-1", .retry_deadline = std::chrono::seconds(2)});
+  S3Options options{.region = "us-east-1"};
+  options.retry_deadline = std::chrono::seconds(2);
+  Make(options);
   http_->SetFallback([](const HttpRequest& req) { return Deliver(req, S3Error(503, "SlowDown")); });
   std::string buf(10, '\0');
   Status s = Read("w", "e", 0, buf);
