@@ -3,24 +3,18 @@
 // response in one TLS record leaves the stray bytes decrypted-to-be in the
 // client's TLS buffer once the body is read, and the pooled connection must
 // be found unusable (not answer the next request with those bytes).
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "core/store/http/http.h"
+#include "tests/core/store/http/scripted_server.h"
 #include "tests/support/mount_fixture.h"
 
 namespace tensorfs {
@@ -31,54 +25,25 @@ namespace {
 class TlsScriptedServer {
  public:
   TlsScriptedServer(const std::string& cert, const std::string& key, std::vector<std::vector<std::string>> replies)
-      : replies_(std::move(replies)) {
-    ctx_ = SSL_CTX_new(TLS_server_method());
-    EXPECT_EQ(SSL_CTX_use_certificate_file(ctx_, cert.c_str(), SSL_FILETYPE_PEM), 1);
-    EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx_, key.c_str(), SSL_FILETYPE_PEM), 1);
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listen_fd_, 16), 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    acceptor_ = std::thread([this] { Accept(); });
-  }
+      : ctx_(ServerContext(cert, key)), replies_(std::move(replies)) {}
 
-  ~TlsScriptedServer() {
-    stop_ = true;
-    acceptor_.join();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (int fd : fds_) ::shutdown(fd, SHUT_RDWR);
-    }
-    for (std::thread& t : threads_) t.join();
-    for (int fd : fds_) ::close(fd);
-    ::close(listen_fd_);
-    SSL_CTX_free(ctx_);
-  }
-
-  std::string base() const { return "https://127.0.0.1:" + std::to_string(port_); }
-  int connections() const { return connections_; }
+  std::string base() const { return "https://127.0.0.1:" + std::to_string(acceptor_.port()); }
+  int connections() const { return acceptor_.connections(); }
 
  private:
-  void Accept() {
-    while (!stop_) {
-      pollfd p{listen_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 20) <= 0) continue;
-      const int fd = ::accept(listen_fd_, nullptr, nullptr);
-      if (fd < 0) continue;
-      ++connections_;
-      std::lock_guard<std::mutex> lock(mu_);
-      fds_.push_back(fd);
-      threads_.emplace_back([this, fd] { Serve(fd); });
-    }
+  struct CtxFree {
+    void operator()(SSL_CTX* ctx) const { SSL_CTX_free(ctx); }
+  };
+
+  static SSL_CTX* ServerContext(const std::string& cert, const std::string& key) {
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    EXPECT_EQ(SSL_CTX_use_certificate_file(ctx, cert.c_str(), SSL_FILETYPE_PEM), 1);
+    EXPECT_EQ(SSL_CTX_use_PrivateKey_file(ctx, key.c_str(), SSL_FILETYPE_PEM), 1);
+    return ctx;
   }
 
   void Serve(int fd) {
-    SSL* ssl = SSL_new(ctx_);
+    SSL* ssl = SSL_new(ctx_.get());
     SSL_set_fd(ssl, fd);
     if (SSL_accept(ssl) == 1) {
       std::string in;
@@ -109,17 +74,11 @@ class TlsScriptedServer {
     SSL_free(ssl);
   }
 
-  SSL_CTX* ctx_ = nullptr;
+  std::unique_ptr<SSL_CTX, CtxFree> ctx_;
   std::vector<std::vector<std::string>> replies_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> connections_{0};
-  std::thread acceptor_;
   std::mutex mu_;
   size_t next_ = 0;
-  std::vector<int> fds_;
-  std::vector<std::thread> threads_;
+  testing::LoopbackAcceptor acceptor_{[this](int fd) { Serve(fd); }};
 };
 
 std::string Reply206(std::string_view body) {

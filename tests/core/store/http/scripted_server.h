@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,16 +23,14 @@
 
 namespace tensorfs::testing {
 
-// Serves 127.0.0.1 on a free port. Each request (its head read up to the blank
-// line) takes the next scripted step: bytes to send, then maybe close.
-class ScriptedServer {
+// Listens on 127.0.0.1 on a free port and serves each connection on a thread
+// of its own with `serve(fd)`. The destructor stops accepting, shuts the
+// connections down (so that `serve` returns), joins its threads and closes
+// the descriptors. A server holds it as its last member: built after what
+// `serve` uses, and gone before it.
+class LoopbackAcceptor {
  public:
-  struct Step {
-    std::string reply;          // sent as is ("" sends nothing)
-    bool close_after = false;   // close the connection once sent
-  };
-
-  explicit ScriptedServer(std::vector<Step> steps) : steps_(std::move(steps)) {
+  explicit LoopbackAcceptor(std::function<void(int fd)> serve) : serve_(std::move(serve)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -44,7 +43,7 @@ class ScriptedServer {
     acceptor_ = std::thread([this] { Accept(); });
   }
 
-  ~ScriptedServer() {
+  ~LoopbackAcceptor() {
     stop_ = true;
     acceptor_.join();
     {
@@ -56,12 +55,8 @@ class ScriptedServer {
     ::close(listen_fd_);
   }
 
-  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
   int connections() const { return connections_; }
-  std::vector<std::string> requests() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return requests_;
-  }
 
  private:
   void Accept() {
@@ -73,10 +68,40 @@ class ScriptedServer {
       ++connections_;
       std::lock_guard<std::mutex> lock(mu_);
       conn_fds_.push_back(fd);
-      conn_threads_.emplace_back([this, fd] { Serve(fd); });
+      conn_threads_.emplace_back([this, fd] { serve_(fd); });
     }
   }
 
+  std::function<void(int fd)> serve_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::vector<int> conn_fds_;
+  std::vector<std::thread> conn_threads_;
+};
+
+// Serves 127.0.0.1 on a free port. Each request (its head read up to the blank
+// line) takes the next scripted step: bytes to send, then maybe close.
+class ScriptedServer {
+ public:
+  struct Step {
+    std::string reply;          // sent as is ("" sends nothing)
+    bool close_after = false;   // close the connection once sent
+  };
+
+  explicit ScriptedServer(std::vector<Step> steps) : steps_(std::move(steps)) {}
+
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(acceptor_.port()); }
+  int connections() const { return acceptor_.connections(); }
+  std::vector<std::string> requests() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return requests_;
+  }
+
+ private:
   void Serve(int fd) {
     std::string in;
     char buf[4096];
@@ -107,16 +132,10 @@ class ScriptedServer {
   }
 
   std::vector<Step> steps_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> connections_{0};
-  std::thread acceptor_;
   mutable std::mutex mu_;
   size_t next_ = 0;
   std::vector<std::string> requests_;
-  std::vector<int> conn_fds_;
-  std::vector<std::thread> conn_threads_;
+  LoopbackAcceptor acceptor_{[this](int fd) { Serve(fd); }};
 };
 
 }  // namespace tensorfs::testing
