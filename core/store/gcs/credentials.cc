@@ -260,10 +260,6 @@ class AnonymousCredentials : public CredentialsProvider {
   bool anonymous() const override { return true; }
 };
 
-std::chrono::nanoseconds RefreshMargin(std::chrono::seconds lifetime) {
-  return std::min<std::chrono::nanoseconds>(std::chrono::minutes(5), std::chrono::nanoseconds(lifetime) / 10);
-}
-
 std::string GetEnv(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? std::string() : std::string(v);
@@ -277,78 +273,18 @@ bool FileExists(const std::string& path) {
 }  // namespace
 
 CachingCredentials::CachingCredentials(std::unique_ptr<TokenFetcher> fetcher, Clock& clock)
-    : fetcher_(std::move(fetcher)), description_(fetcher_->Describe()), clock_(clock) {}
-
-void CachingCredentials::StoreToken(const AccessToken& token, Clock::TimePoint now) {
-  token_ = token.value;
-  expires_at_ = now + token.lifetime;
-  refresh_at_ = expires_at_ - RefreshMargin(token.lifetime);
-}
-
-void CachingCredentials::Seed(const AccessToken& token) {
-  MutexLock lock(mu_);
-  StoreToken(token, clock_.Now());
-}
+    : fetcher_(std::move(fetcher)),
+      description_(fetcher_->Describe()),
+      cache_(
+          [this]() -> StatusOr<ExpiringCache<std::string>::Fetched> {
+            ASSIGN_OR_RETURN(AccessToken token, fetcher_->Fetch());
+            return ExpiringCache<std::string>::Fetched{std::move(token.value), token.lifetime};
+          },
+          "access token", description_, clock) {}
 
 StatusOr<std::string> CachingCredentials::AuthorizationHeader() {
-  {
-    MutexLock lock(mu_);
-    for (;;) {
-      const Clock::TimePoint now = clock_.Now();
-      if (!token_.empty() && now < refresh_at_) return "Authorization: Bearer " + token_;
-      if (!refreshing_) {
-        refreshing_ = true;
-        break;
-      }
-      // Another thread is refreshing: keep using a token that is still valid,
-      // otherwise wait for the refresh and share its outcome.
-      if (!token_.empty() && now < expires_at_) return "Authorization: Bearer " + token_;
-      const uint64_t seen = refresh_seq_;
-      refreshed_.Wait(mu_, [&]() REQUIRES(mu_) { return !refreshing_; });
-      if (refresh_seq_ != seen && !last_refresh_.ok()) return last_refresh_;
-    }
-  }
-
-  // This thread refreshes, without holding mu_ across the network call.
-  StatusOr<AccessToken> fetched = fetcher_->Fetch();
-  const Clock::TimePoint now = clock_.Now();
-  StatusOr<std::string> result = std::string();
-  {
-    MutexLock lock(mu_);
-    refreshing_ = false;
-    ++refresh_seq_;
-    if (fetched.ok()) {
-      StoreToken(*fetched, now);
-      ++refresh_count_;
-      last_refresh_ = OkStatus();
-      result = "Authorization: Bearer " + token_;
-    } else {
-      last_refresh_ = fetched.status();
-      if (!token_.empty() && now < expires_at_) {
-        result = "Authorization: Bearer " + token_;
-      } else {
-        result = fetched.status();
-      }
-    }
-  }
-  refreshed_.NotifyAll();
-  if (fetched.ok()) {
-    spdlog::info("refreshed access token via {}, expires in {} s", description_, fetched->lifetime.count());
-  } else if (result.ok()) {
-    spdlog::warn("could not refresh the access token ({}); using the current one until it expires",
-                 fetched.status().message());
-  }
-  return result;
-}
-
-void CachingCredentials::Invalidate() {
-  MutexLock lock(mu_);
-  token_.clear();
-}
-
-int CachingCredentials::refresh_count() const {
-  MutexLock lock(mu_);
-  return refresh_count_;
+  ASSIGN_OR_RETURN(std::string token, cache_.Get());
+  return "Authorization: Bearer " + token;
 }
 
 StatusOr<ServiceAccountKey> ParseServiceAccountKey(std::string_view json_text, std::string_view source) {

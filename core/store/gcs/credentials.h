@@ -39,8 +39,9 @@
 #include "core/store/gcs/gcs_options.h"
 #include "core/store/http/http.h"
 #include "core/store/http/retry.h"
+#include "core/util/expiring_cache.h"
 #include "core/util/status.h"
-#include "core/util/thread_annotations.h"
+#include "core/util/clock.h"
 
 namespace tensorfs {
 
@@ -97,38 +98,27 @@ class TokenFetcher {
 };
 
 // A CredentialsProvider over a TokenFetcher: caches the token and refreshes it
-// when less than min(5 minutes, 10% of its lifetime) is left, so hour-long
-// tokens refresh 5 minutes early and a 2-second test token 0.2 s early. If a
-// refresh fails while the old token is still valid, the old token is used.
+// before it expires (ExpiringCache: min(5 minutes, 10% of its lifetime)
+// early); if a refresh fails while the old token is still valid, the old
+// token is used.
 class CachingCredentials : public CredentialsProvider {
  public:
   explicit CachingCredentials(std::unique_ptr<TokenFetcher> fetcher, Clock& clock = SystemClock());
 
   // Puts an already-fetched token in the cache (the metadata-server probe).
-  void Seed(const AccessToken& token) EXCLUDES(mu_);
+  void Seed(const AccessToken& token) { cache_.Seed(token.value, token.lifetime); }
 
-  StatusOr<std::string> AuthorizationHeader() override EXCLUDES(mu_);
+  StatusOr<std::string> AuthorizationHeader() override;
   std::string Describe() const override { return description_; }
-  void Invalidate() override EXCLUDES(mu_);
+  void Invalidate() override { cache_.Invalidate(); }
 
   // Number of successful fetches so far (for tests and stats).
-  int refresh_count() const EXCLUDES(mu_);
+  int refresh_count() const { return cache_.refresh_count(); }
 
  private:
-  void StoreToken(const AccessToken& token, Clock::TimePoint now) REQUIRES(mu_);
-
   const std::unique_ptr<TokenFetcher> fetcher_;
   const std::string description_;
-  Clock& clock_;
-  mutable Mutex mu_;
-  CondVar refreshed_;  // signalled when a refresh ends (refreshing_ becomes false)
-  std::string token_ GUARDED_BY(mu_);  // "" when none
-  Clock::TimePoint refresh_at_ GUARDED_BY(mu_);
-  Clock::TimePoint expires_at_ GUARDED_BY(mu_);
-  bool refreshing_ GUARDED_BY(mu_) = false;
-  uint64_t refresh_seq_ GUARDED_BY(mu_) = 0;  // completed refresh attempts
-  Status last_refresh_ GUARDED_BY(mu_);       // outcome of the latest one
-  int refresh_count_ GUARDED_BY(mu_) = 0;
+  ExpiringCache<std::string> cache_;
 };
 
 // The contents of a service-account key file (type "service_account").

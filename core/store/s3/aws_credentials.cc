@@ -19,6 +19,7 @@
 #include "core/store/http/retry.h"
 #include "core/store/s3/s3_xml.h"
 #include "core/store/s3/sigv4.h"
+#include "core/util/thread_annotations.h"
 
 namespace tensorfs {
 namespace {
@@ -107,10 +108,6 @@ StatusOr<TemporaryAwsCredentials> ParseJsonCredentials(std::string_view body) {
     c.lifetime = *lifetime;
   }
   return c;
-}
-
-std::chrono::nanoseconds RefreshMargin(std::chrono::seconds lifetime) {
-  return std::min<std::chrono::nanoseconds>(std::chrono::minutes(5), std::chrono::nanoseconds(lifetime) / 10);
 }
 
 class StaticAwsCredentials : public AwsCredentialsProvider {
@@ -390,75 +387,13 @@ StatusOr<std::unique_ptr<AwsCredentialsProvider>> FromProfile(const AwsProfile& 
 // ---------------------------------------------------------------- the cache
 
 RefreshingAwsCredentials::RefreshingAwsCredentials(std::unique_ptr<AwsCredentialsFetcher> fetcher, Clock& clock)
-    : fetcher_(std::move(fetcher)), clock_(clock) {}
-
-void RefreshingAwsCredentials::Store(const TemporaryAwsCredentials& c, Clock::TimePoint now) {
-  current_ = c.credentials;
-  valid_ = true;
-  expires_at_ = now + c.lifetime;
-  refresh_at_ = expires_at_ - RefreshMargin(c.lifetime);
-}
-
-void RefreshingAwsCredentials::Seed(const TemporaryAwsCredentials& c) {
-  MutexLock lock(mu_);
-  Store(c, clock_.Now());
-}
-
-StatusOr<AwsCredentials> RefreshingAwsCredentials::Get() {
-  {
-    MutexLock lock(mu_);
-    for (;;) {
-      const Clock::TimePoint now = clock_.Now();
-      if (valid_ && now < refresh_at_) return current_;
-      if (!refreshing_) {
-        refreshing_ = true;
-        break;
-      }
-      if (valid_ && now < expires_at_) return current_;
-      const uint64_t seen = refresh_seq_;
-      refreshed_.Wait(mu_, [&]() REQUIRES(mu_) { return !refreshing_; });
-      if (refresh_seq_ != seen && !last_refresh_.ok()) return last_refresh_;
-    }
-  }
-  // This thread refreshes, without holding mu_ across the network call.
-  StatusOr<TemporaryAwsCredentials> fetched = fetcher_->Fetch();
-  const Clock::TimePoint now = clock_.Now();
-  StatusOr<AwsCredentials> result = AwsCredentials{};
-  {
-    MutexLock lock(mu_);
-    refreshing_ = false;
-    ++refresh_seq_;
-    if (fetched.ok()) {
-      Store(*fetched, now);
-      ++refresh_count_;
-      last_refresh_ = OkStatus();
-      result = current_;
-    } else {
-      last_refresh_ = fetched.status();
-      result = valid_ && now < expires_at_ ? StatusOr<AwsCredentials>(current_) : fetched.status();
-    }
-  }
-  refreshed_.NotifyAll();
-  if (fetched.ok()) {
-    spdlog::info("got temporary AWS credentials from {}, valid for {} s", fetcher_->Describe(),
-                 fetched->lifetime.count());
-  } else if (result.ok()) {
-    spdlog::warn("could not refresh the AWS credentials ({}); using the current ones until they expire",
-                 fetched.status().message());
-  }
-  return result;
-}
-
-bool RefreshingAwsCredentials::Invalidate() {
-  MutexLock lock(mu_);
-  valid_ = false;
-  return true;
-}
-
-int RefreshingAwsCredentials::refresh_count() const {
-  MutexLock lock(mu_);
-  return refresh_count_;
-}
+    : fetcher_(std::move(fetcher)),
+      cache_(
+          [this]() -> StatusOr<ExpiringCache<AwsCredentials>::Fetched> {
+            ASSIGN_OR_RETURN(TemporaryAwsCredentials c, fetcher_->Fetch());
+            return ExpiringCache<AwsCredentials>::Fetched{std::move(c.credentials), c.lifetime};
+          },
+          "AWS credentials", fetcher_->Describe(), clock) {}
 
 // ---------------------------------------------------------------- sources
 

@@ -58,7 +58,7 @@
 #include "core/store/http/http.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
-#include "core/util/thread_annotations.h"
+#include "core/util/expiring_cache.h"
 
 namespace tensorfs {
 
@@ -113,37 +113,29 @@ class AwsCredentialsFetcher {
   virtual std::string Describe() const = 0;
 };
 
-// The cache over a fetcher (see the file comment for when it refreshes). If a
-// refresh fails while the old credentials are still valid, they are used.
+// The cache over a fetcher (ExpiringCache: see the file comment for when it
+// refreshes). If a refresh fails while the old credentials are still valid,
+// they are used.
 class RefreshingAwsCredentials : public AwsCredentialsProvider {
  public:
   explicit RefreshingAwsCredentials(std::unique_ptr<AwsCredentialsFetcher> fetcher, Clock& clock = SystemClock());
 
   // Puts already-fetched credentials in the cache (the instance-metadata probe).
-  void Seed(const TemporaryAwsCredentials& credentials) EXCLUDES(mu_);
+  void Seed(const TemporaryAwsCredentials& c) { cache_.Seed(c.credentials, c.lifetime); }
 
-  StatusOr<AwsCredentials> Get() override EXCLUDES(mu_);
+  StatusOr<AwsCredentials> Get() override { return cache_.Get(); }
   std::string Describe() const override { return fetcher_->Describe(); }
-  bool Invalidate() override EXCLUDES(mu_);
+  bool Invalidate() override {
+    cache_.Invalidate();
+    return true;
+  }
 
   // Successful fetches so far.
-  int refresh_count() const EXCLUDES(mu_);
+  int refresh_count() const { return cache_.refresh_count(); }
 
  private:
-  void Store(const TemporaryAwsCredentials& c, Clock::TimePoint now) REQUIRES(mu_);
-
   const std::unique_ptr<AwsCredentialsFetcher> fetcher_;
-  Clock& clock_;
-  mutable Mutex mu_;
-  CondVar refreshed_;  // signalled when a refresh ends
-  bool valid_ GUARDED_BY(mu_) = false;
-  AwsCredentials current_ GUARDED_BY(mu_);
-  Clock::TimePoint refresh_at_ GUARDED_BY(mu_);
-  Clock::TimePoint expires_at_ GUARDED_BY(mu_);
-  bool refreshing_ GUARDED_BY(mu_) = false;
-  uint64_t refresh_seq_ GUARDED_BY(mu_) = 0;
-  Status last_refresh_ GUARDED_BY(mu_);
-  int refresh_count_ GUARDED_BY(mu_) = 0;
+  ExpiringCache<AwsCredentials> cache_;
 };
 
 // "AKIA...MPLE": enough of an access key ID to tell keys apart.
