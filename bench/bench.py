@@ -96,8 +96,11 @@ MiB = 1 << 20
 RSS_SLACK = 128 * MiB
 LAYER_WORKLOADS = {"W6": "splitted_model", "W7": "splitted_model.4bit"}
 # W8's checkpoint shapes: "main" is the benchmark's checkpoint (--size-mib, --layers ...);
-# "small-tensors" has many tensors of 1 to 8 MiB (tensorfs-testdata options, full and --quick).
-W8_SHAPES = ("main", "small-tensors")
+# "small-tensors" has many tensors of 1 to 8 MiB (tensorfs-testdata options, full and --quick);
+# "qwen2" is W8M's slice/ checkpoint (MIXED_SHAPE, qwen2-shaped: one-row biases and layer norms beside
+# 2-3 MiB projections), run only when named.
+W8_SHAPES = ("main", "small-tensors", "qwen2")
+W8_DEFAULT_SHAPES = ("main", "small-tensors")
 SMALL_TENSORS = {
     "full": {"layers": 22, "hidden": 1536, "intermediate": 2560, "heads": 12, "kv-heads": 4, "vocab": 32000,
              "shards": 5},
@@ -1152,10 +1155,17 @@ class Bench:
             self.small_tensors_model = model
             log(f"W8 small-tensors checkpoint gs://{BUCKET}/{os.path.basename(src)}: {len(shards)} shards, "
                 f"{size / MiB:.0f} MiB ({model}; {tensor_sizes(src, shards)})")
+        self.mixed_prefix = "mixed-{dtype}-{layers}l-h{hidden}-i{intermediate}-v{vocab}-{shards}shards".format(
+            dtype=a.dtype, **MIXED_SHAPE)
+        if "W8" in a.workloads and "qwen2" in a.w8_shapes:
+            args = [arg for key, value in MIXED_SHAPE.items() for arg in (f"--{key}", str(value))]
+            src, shards, model = self.generate(f"{self.mixed_prefix}/slice", args, arch="qwen2")
+            size = sum(os.path.getsize(os.path.join(src, s)) for s in shards)
+            self.shapes["qwen2"] = (src, shards, f"{self.mixed_prefix}/slice", size)
+            log(f"W8 qwen2 checkpoint gs://{BUCKET}/{self.mixed_prefix}/slice: {len(shards)} shards, "
+                f"{size / MiB:.0f} MiB ({model}; {tensor_sizes(src, shards)})")
         if "W8M" in a.workloads:
             # One prefix holding both checkpoints: one mount serves them.
-            self.mixed_prefix = "mixed-{dtype}-{layers}l-h{hidden}-i{intermediate}-v{vocab}-{shards}shards".format(
-                dtype=a.dtype, **MIXED_SHAPE)
             args = [arg for key, value in MIXED_SHAPE.items() for arg in (f"--{key}", str(value))]
             self.mixed_shards = {}
             for checkpoint, arch in (("whole", "llama"), ("slice", "qwen2")):
@@ -1189,7 +1199,7 @@ class Bench:
         if "W8" in w:
             for shape in a.w8_shapes:
                 # --quick: the small-tensors checkpoint in storage order only.
-                orders = ("storage",) if a.quick and shape != "main" else ("storage", "random")
+                orders = ("storage",) if a.quick and shape == "small-tensors" else ("storage", "random")
                 for world in a.hosts:
                     for order in orders:
                         for mode in a.w8_modes:
@@ -1651,9 +1661,10 @@ def parse_args(argv):
     p.add_argument("--processes", type=int, default=4, help="W3 loader processes")
     p.add_argument("--hosts", help="W8/W9: the numbers of hosts to run, comma-separated (default 4,8,16; "
                                    "4,8 with --quick)")
-    p.add_argument("--w8-shapes", default=",".join(W8_SHAPES),
+    p.add_argument("--w8-shapes", default=",".join(W8_DEFAULT_SHAPES),
                    help="W8's checkpoints: main (the benchmark's) and small-tensors (many tensors of 1-8 MiB, "
-                        "about 1 GiB; about 140 MiB and in storage order only with --quick)")
+                        "about 1 GiB; about 140 MiB and in storage order only with --quick), the default; "
+                        "qwen2 (W8M's slice/ checkpoint, 208 MB, both orders)")
     p.add_argument("--w8-modes", default=",".join(W8_MODES),
                    help="W8's mounts: learned (no shard option) and shard (each mount given -o shard=R/N)")
     p.add_argument("--warm-passes", type=int, default=3, help="W4 passes (tensorfs and memfs); the fastest counts")

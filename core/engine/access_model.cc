@@ -280,10 +280,17 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     // scattered pages: the places fit some fraction of rows by chance, not as
     // a slice reader's do. Edges do not count, nor do the reads of no one
     // reader (several slice readers share that state).
-    if (!edge && r.named()) {
-      const bool back = std::any_of(access.left.begin(), access.left.end(), [&](const auto& x) {
-        return x.first == touch.tensor && (touch.range.end() + tuning_.max_margin < x.second.offset ||
-                                           x.second.end() + tuning_.max_margin < touch.range.offset);
+    // Of the small touches near an edge, those that reach neither edge of
+    // their tensor are places the reader chose (the kernel reading around a
+    // neighbour, or on from it, comes in across an edge): a slice reader's
+    // rows (an early or a late rank's, in a tensor of a few MiB). They are
+    // remembered as such (Trail::left).
+    const bool rows_near_edge = edge && o.begin > o.tensor.begin && o.end < o.tensor.end;
+    if (r.named() && (!edge || rows_near_edge)) {
+      const bool back = !edge && std::any_of(access.left.begin(), access.left.end(), [&](const Trail::Left& x) {
+        return !x.edge && x.tensor == touch.tensor &&
+               (touch.range.end() + tuning_.max_margin < x.range.offset ||
+                x.range.end() + tuning_.max_margin < touch.range.offset);
       });
       if (back) {
         if (access.scattered_until <= access.clock && !whole_reader) {
@@ -292,8 +299,14 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         }
         access.scattered_until = access.clock + tuning_.whole_memory;
       } else {
-        access.left.emplace_back(touch.tensor, touch.range);
-        if (access.left.size() > tuning_.left_remembered) access.left.erase(access.left.begin());
+        access.left.push_back(Trail::Left{touch.tensor, touch.range, edge});
+        // The oldest of its kind goes past Tuning::left_remembered of them.
+        if (static_cast<size_t>(std::count_if(access.left.begin(), access.left.end(), [&](const Trail::Left& x) {
+              return x.edge == edge;
+            })) > tuning_.left_remembered) {
+          access.left.erase(std::find_if(access.left.begin(), access.left.end(),
+                                         [&](const Trail::Left& x) { return x.edge == edge; }));
+        }
       }
     }
     const bool scattered = access.clock < access.scattered_until;

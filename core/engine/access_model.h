@@ -101,11 +101,23 @@ class AccessModel {
     // This reader's reads of the object: one tick per read classified, and
     // one per read the fetch planner's streams count.
     uint64_t clock = 0;
-    // The touches it left last (Tuning::left_remembered; small ones at a
-    // tensor's edge not counted). A reader that comes back to one of their
-    // tensors at another place reads scattered, not a slice: until `clock`
-    // reaches `scattered_until` it teaches the slice learner nothing.
-    std::vector<std::pair<int, ByteRange>> left;
+    // The touches it left last, oldest first: Tuning::left_remembered of
+    // them that are not near a tensor's edge, and as many small ones near an
+    // edge that reach neither edge (`edge`: a slice reader's rows there, an
+    // early or a late rank's of a tensor of a few MiB; the kernel reading
+    // around a neighbour, or on from it, comes in across an edge, and those
+    // touches are not kept). A reader that comes back to the tensor of one
+    // that is not an edge at another place reads scattered, not a slice:
+    // until `clock` reaches `scattered_until` it teaches the slice learner
+    // nothing. The edges tell where the reader's rows likely end in the next
+    // tensor it reads (FetchPlanner::LikelySliceEnd), not whether it came
+    // back.
+    struct Left {
+      int tensor = 0;
+      ByteRange range;
+      bool edge = false;
+    };
+    std::vector<Left> left;
     uint64_t scattered_until = 0;
   };
   // A reader's reads of every object, and whether it was seen reading whole

@@ -73,9 +73,10 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
   // A view's reads the part inside its run of tensors; a chunk wanted whole
   // and not begun comes in one request. Else missing bytes come as pieces: a
   // whole reader's fill the chunk's gaps, a slice reader's its window, an
-  // unknown reader's start at the read and run on a little, unless the read
-  // spans tensors (the kernel reading around a page near a tensor's edge:
-  // what the reader needs of the tensors beyond that edge is not known yet).
+  // unknown reader's start at the read and run on a little (no further than
+  // its run in the tensor likely ends: RunEnd), unless the read spans
+  // tensors (the kernel reading around a page near a tensor's edge: what the
+  // reader needs of the tensors beyond that edge is not known yet).
   const ChunkPlan& plan = *state.plan;
   const uint64_t b = part.offset;
   const uint64_t e = part.end();
@@ -104,7 +105,7 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     want.length = std::min(chunk.end(), (e + tuning_.page - 1) & ~(tuning_.page - 1)) - want.offset;
   } else {
     const uint64_t wb = b & ~(tuning_.page - 1);
-    const uint64_t run_on = std::min(kind.copy_end, std::max(wb, chunk.offset) + tuning_.first_piece);
+    const uint64_t run_on = std::min(kind.run_end, std::max(wb, chunk.offset) + tuning_.first_piece);
     const uint64_t we = std::min(chunk.end(), std::max(e, run_on));
     want = ByteRange{std::max(wb, chunk.offset), 0};
     want.length = we - want.offset;
@@ -213,6 +214,28 @@ void FetchPlanner::ContinueTensor(ObjectState& state, size_t index) {
   }
 }
 
+const AccessModel::Touch* FetchPlanner::TouchOf(const ChunkPlan& plan, const AccessState& access, ByteRange range) {
+  const int index = plan.TensorAt(range.end() - 1);
+  if (index < 0) return nullptr;
+  for (const AccessModel::Touch& x : access.trail.touches) {
+    if (x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end()) return &x;
+  }
+  return nullptr;
+}
+
+uint64_t FetchPlanner::RunEnd(const ChunkPlan& plan, const AccessState& access, ByteRange range, bool named,
+                              uint64_t file_readahead) const {
+  const int index = plan.TensorAt(range.end() - 1);
+  if (index < 0) return UINT64_MAX;
+  const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
+  const AccessModel::Touch* touch = TouchOf(plan, access, range);
+  // A copy whose end is known runs no further (see AccessModel::Classify),
+  // nor, before it is, a likely slice past its likely end.
+  if (touch != nullptr && touch->copy_end > 0) return touch->copy_end;
+  if (touch != nullptr && named) return LikelySliceEnd(plan, access, *touch, model_.FileReadahead(file_readahead));
+  return t.end;
+}
+
 void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named,
                                     uint64_t file_readahead) {
   const ChunkPlan& plan = *state.plan;
@@ -221,17 +244,9 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // header parsed through mmap: it calls for nothing more yet.
   if (index < 0 || plan.ChunkAt(range.end() - 1) == 0) return;
   const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
-  const std::vector<AccessModel::Touch>& touches = access.trail.touches;
-  auto touch = std::find_if(touches.begin(), touches.end(), [&](const AccessModel::Touch& x) {
-    return x.tensor == index && x.range.offset <= range.end() - 1 && range.end() <= x.range.end();
-  });
-  const uint64_t run = touch == touches.end() ? range.length : range.end() - touch->range.offset;
-  // A copy whose end is known is read ahead no further (see AccessModel::Classify),
-  // nor, before it is, a likely slice past its likely end.
-  uint64_t limit = touch != touches.end() && touch->copy_end > 0 ? touch->copy_end : t.end;
-  if (touch != touches.end() && touch->copy_end == 0 && named) {
-    limit = std::min(limit, LikelySliceEnd(plan, access, *touch, model_.FileReadahead(file_readahead)));
-  }
+  const AccessModel::Touch* touch = TouchOf(plan, access, range);
+  const uint64_t run = touch == nullptr ? range.length : range.end() - touch->range.offset;
+  const uint64_t limit = RunEnd(plan, access, range, named, file_readahead);
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {
@@ -245,7 +260,7 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // somewhere: what is fetched past them is no more than what it read. One
   // that began at its start may read it whole: twice that.
   const uint64_t ahead = std::max(run, tuning_.first_piece);
-  const bool within = touch != touches.end() && touch->range.offset > t.begin;
+  const bool within = touch != nullptr && touch->range.offset > t.begin;
   if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
   PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + (within ? ahead : 2 * ahead)) - frontier});
 }
@@ -270,7 +285,8 @@ uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& 
   // The rows the reader read of the tensor it began before this one: of its
   // touches of other tensors, the one it began last, while not left yet (a
   // touch is left some reads after the reader moved on); else the touch it
-  // left last. One that tells rows over one that may.
+  // left last (rows near a tensor's end included: Trail::left). One that
+  // tells rows over one that may.
   Tells told = kNothing;
   int k = -1;
   ByteRange seen;
@@ -285,11 +301,11 @@ uint64_t FetchPlanner::LikelySliceEnd(const ChunkPlan& plan, const AccessState& 
     }
   }
   for (auto l = access.trail.left.rbegin(); told != kRows && l != access.trail.left.rend(); ++l) {
-    const Tells y = l->first == touch.tensor ? kNothing : tells(l->first, l->second);
+    const Tells y = l->tensor == touch.tensor ? kNothing : tells(l->tensor, l->range);
     if (y > told) {
       told = y;
-      k = l->first;
-      seen = l->second;
+      k = l->tensor;
+      seen = l->range;
     }
   }
   if (told == kNothing) return t.end;

@@ -71,7 +71,10 @@ class FetchPlanner {
   struct ReadKind {
     Mode mode = Mode::kWhole;
     const AccessModel::ActivePattern* pattern = nullptr;  // kSlice, kNearSlice
-    uint64_t copy_end = UINT64_MAX;  // where the copy the read is part of ends, if known
+    // Where the reader's run in the read's tensor likely ends (RunEnd: the
+    // end of the copy it makes, or of the slice it likely reads), if known:
+    // a reader not known yet is read no further ahead than that.
+    uint64_t run_end = UINT64_MAX;
     bool spans_tensors = false;
     std::optional<ByteRange> within;  // see ReadHints
     uint64_t file_readahead = 0;      // the reader's file was opened with (0: the mount's now)
@@ -120,9 +123,18 @@ class FetchPlanner {
   // the host which its files will get).
   void TopUpSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead = 0);
   void StartSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead = 0);
+  // Where the run of a reader not known yet, whose read `range` ends in a
+  // tensor, likely ends in that tensor: the end of the copy it makes, once
+  // known; else, for one reader's reads (`named`, its file opened at
+  // `file_readahead`), the likely end of the slice it reads
+  // (LikelySliceEnd); else the tensor's end. UINT64_MAX for a read that ends
+  // outside any tensor. Neither the bytes a read wants (WantOf) nor its
+  // prefetch (RampWithinTensor) run past it.
+  uint64_t RunEnd(const ChunkPlan& plan, const AccessState& access, ByteRange range, bool named,
+                  uint64_t file_readahead) const;
   // Prefetch for a reader not known yet: the bytes ahead of it within the
-  // tensor (or the copy it makes, once known, or the slice it likely reads:
-  // LikelySliceEnd), as many as it has read there in a row.
+  // tensor, up to where its run likely ends (RunEnd), as many as it has read
+  // there in a row.
   // `named`: the reads are one reader's (the reads of no reader may be
   // several slice readers': no likely slice end is known for them), whose
   // file was opened at `file_readahead` (0: the mount's now).
@@ -150,6 +162,8 @@ class FetchPlanner {
   void ContinueInto(ObjectState& state, uint64_t bytes, uint64_t process);
 
  private:
+  // The reader's touch of the tensor `range` ends in that holds that end; null if none.
+  static const AccessModel::Touch* TouchOf(const ChunkPlan& plan, const AccessState& access, ByteRange range);
   // Requests chunk `index` (if not cached or loading, nor given to the kernel
   // for a prefetch): its gaps if pieces of it hold much of it, else the whole
   // chunk. Prefetches give up when the cache has no room; returns whether the

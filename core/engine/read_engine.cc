@@ -444,6 +444,13 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
+    // A reader not known yet is read no further ahead than its run likely
+    // ends (a copy's end, or its likely slice's).
+    uint64_t run_end = copy_end;
+    if (kernel_read && mode == Mode::kUnknown && !spans_tensors) {
+      run_end = std::min(run_end, planner_.RunEnd(plan, *access, op->range, op->hints.reader.value != 0,
+                                                  file_readahead));
+    }
     if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
       // Before its windows are swept: -o shard's slices are the mount's.
       LearnSliceSize(state, model_.patterns().front().learned.pattern, op->hints.reader.process);
@@ -493,7 +500,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
       }
       const FetchPlanner::Want want =
           planner_.WantOf(state, chunk, part,
-                          FetchPlanner::ReadKind{mode, pattern, copy_end, spans_tensors, op->hints.within, file_readahead});
+                          FetchPlanner::ReadKind{mode, pattern, run_end, spans_tensors, op->hints.within, file_readahead});
       for (auto& [id, held] : planner_.Cover(state, want, part)) add(id, std::move(held));
     }
     if (kernel_read && (mode == Mode::kSlice || mode == Mode::kNearSlice)) {

@@ -218,6 +218,37 @@ TEST_F(AccessModelTest, AReadAroundAFaultPastATensorIsNoCopysLastPage) {
   }
 }
 
+// A slice reader's rows near a tensor's end (a late rank's of a tensor of a
+// few MiB, read at a slice host's small readahead) reach neither edge of the
+// tensor: they are a place the reader chose, and once it has left them they
+// are remembered among the touches it left (where the fetch planner looks for
+// where its rows of the next tensor likely end), which the kernel's reads
+// across an edge are not.
+TEST_F(AccessModelTest, RowsLeftNearATensorsEndAreRemembered) {
+  constexpr uint64_t kSmall = 16 << 10;
+  AccessModel model(tuning_, std::nullopt);
+  ReaderState r;
+  // Rows 6/8 of three tensors, one after the other, each as the kernel reads
+  // it: around its first page, then on in readahead windows to one past it.
+  for (size_t i : {0, 5, 10}) {
+    const ByteRange rows = Rows(i, 6, 8);
+    ASSERT_LT(T(i).end - rows.end(), tuning_.spill_max) << "not near the tensor's end";
+    for (uint64_t at = Around(rows.offset, kSmall).offset; at < rows.end() + kSmall; at += kSmall) {
+      model.Classify(plan_, "m", r.Of(kSmall), ByteRange{at, kSmall});
+    }
+  }
+  // The first two are left; each is remembered with its rows, not an edge's.
+  for (size_t i : {0, 5}) {
+    const auto left = std::find_if(r.trail.left.begin(), r.trail.left.end(),
+                                   [&](const AccessModel::Trail::Left& x) { return x.tensor == static_cast<int>(i); });
+    ASSERT_NE(left, r.trail.left.end()) << "tensor " << i;
+    EXPECT_LE(left->range.offset, Rows(i, 6, 8).offset) << "tensor " << i;
+    EXPECT_GE(left->range.end(), Rows(i, 6, 8).end()) << "tensor " << i;
+    EXPECT_LT(left->range.end(), T(i).end) << "tensor " << i;
+    EXPECT_TRUE(left->edge) << "tensor " << i;
+  }
+}
+
 // The same reads a copy of that tensor makes the kernel read: around its
 // first page (the bias's page), then around its last, across its end into
 // the tensors after. That fault lay in the tensor: a whole-tensor copy.

@@ -315,6 +315,36 @@ TEST_F(SliceReaderTest, ReadAroundIntoATensorsStartDoesNotHideTheRowsOfTheTensor
   EXPECT_LE(past, kRead / 2 + 2 * kRead + kPage) << past << " bytes fetched past the kernel's reads of the third tensor";
 }
 
+// A reader not known yet whose read ends within a tensor is fetched no
+// further than that tensor's end, by the read's own request as by its
+// prefetch: its rows there may end with the tensor (the last rank's), and what
+// it needs of the tensor after is not known yet.
+TEST_F(SliceReaderTest, AReaderNotKnownYetIsNotFetchedPastTheTensorItsReadEndsIn) {
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  Metrics metrics;
+  ReadEngine engine(store, Options(), metrics);
+  const std::vector<TensorSpan> tensors = Tensors(engine);
+  auto plan = engine.PlanOf(checkpoint_.shard.id());
+  // A tensor whose last chunk runs on into the tensor after it, so that the
+  // chunk does not bound the read's request there.
+  const auto t = std::find_if(tensors.begin(), tensors.end(), [&](const TensorSpan& x) {
+    return x.size() >= (1u << 20) && x.end < checkpoint_.shard.size &&
+           plan->Chunk(plan->ChunkAt(x.end - 1)).end() >= x.end + 4 * kPage;
+  });
+  ASSERT_NE(t, tensors.end());
+  const size_t mark = store.reads().size();
+  // The last eighth of its rows, as the kernel reads them at a 16 KiB
+  // readahead: the pages around the first, then on to the tensor's end.
+  const ReadHints reader{.reader = ReaderId{1}};
+  const ByteRange rows = Rows(*t, 7, 8);
+  for (uint64_t at = rows.offset & ~(kPage - 1); at < t->end; at += 16 << 10) {
+    Read(engine, at, std::min<uint64_t>(16 << 10, t->end - at), reader);
+  }
+  WaitIdle(engine);
+  const uint64_t past = BytesOutside(store.reads(), mark, {ByteRange{0, (t->end + kPage - 1) & ~(kPage - 1)}});
+  EXPECT_EQ(past, 0u) << past << " bytes fetched past the end of the tensor the reader's rows end with";
+}
+
 // A loader copying whole tensors (the header parsed through mmap, then each
 // tensor copied: its first page, its last, the rest) is told from a slice
 // reader by its first copy, early enough that every chunk still comes in one
