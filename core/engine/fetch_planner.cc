@@ -236,8 +236,8 @@ uint64_t FetchPlanner::RunEnd(const ChunkPlan& plan, const AccessState& access, 
   return t.end;
 }
 
-void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named,
-                                    uint64_t file_readahead) {
+void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range,
+                                    uint64_t run_end) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
@@ -246,7 +246,7 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   const TensorSpan& t = plan.tensors()[static_cast<size_t>(index)];
   const AccessModel::Touch* touch = TouchOf(plan, access, range);
   const uint64_t run = touch == nullptr ? range.length : range.end() - touch->range.offset;
-  const uint64_t limit = RunEnd(plan, access, range, named, file_readahead);
+  const uint64_t limit = run_end;
   // How far the bytes after the read are cached or coming already.
   uint64_t frontier = range.end();
   while (frontier < limit) {

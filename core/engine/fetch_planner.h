@@ -126,20 +126,17 @@ class FetchPlanner {
   // Where the run of a reader not known yet, whose read `range` ends in a
   // tensor, likely ends in that tensor: the end of the copy it makes, once
   // known; else, for one reader's reads (`named`, its file opened at
-  // `file_readahead`), the likely end of the slice it reads
+  // `file_readahead`; the reads of no reader may be several slice readers':
+  // no likely end is known for them), the likely end of the slice it reads
   // (LikelySliceEnd); else the tensor's end. UINT64_MAX for a read that ends
   // outside any tensor. Neither the bytes a read wants (WantOf) nor its
   // prefetch (RampWithinTensor) run past it.
   uint64_t RunEnd(const ChunkPlan& plan, const AccessState& access, ByteRange range, bool named,
                   uint64_t file_readahead) const;
   // Prefetch for a reader not known yet: the bytes ahead of it within the
-  // tensor, up to where its run likely ends (RunEnd), as many as it has read
-  // there in a row.
-  // `named`: the reads are one reader's (the reads of no reader may be
-  // several slice readers': no likely slice end is known for them), whose
-  // file was opened at `file_readahead` (0: the mount's now).
-  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, bool named,
-                        uint64_t file_readahead);
+  // tensor, up to `run_end` (where its run likely ends: RunEnd, as the read's
+  // own request was bounded), as many as it has read there in a row.
+  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, uint64_t run_end);
   // Where a reader not known yet, reading `touch`, likely stops reading its
   // tensor: where its rows of the tensor it began before ended, at the same
   // fraction, when it began this one at the fraction it began that one (a slice reader

@@ -445,7 +445,8 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     // A reader not known yet is read no further ahead than its run likely
-    // ends (a copy's end, or its likely slice's).
+    // ends (a copy's end, or its likely slice's), by its read's own request
+    // (WantOf) as by its prefetch (RampWithinTensor).
     uint64_t run_end = copy_end;
     if (kernel_read && mode == Mode::kUnknown && !spans_tensors) {
       run_end = std::min(run_end, planner_.RunEnd(plan, *access, op->range, op->hints.reader.value != 0,
@@ -508,7 +509,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
                                file_readahead);
     } else if (kernel_read && mode == Mode::kUnknown) {
       if (!spans_tensors) {
-        planner_.RampWithinTensor(state, *access, op->range, op->hints.reader.value != 0, file_readahead);
+        planner_.RampWithinTensor(state, *access, op->range, run_end);
       }
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
       planner_.UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
