@@ -166,6 +166,10 @@ TEST_F(SliceCheckpointTest, LearnedSliceReaderGetsTheSliceReadaheadForItsNextFil
 // several), and the files it opens once it is known get the whole readahead,
 // read in requests of up to 1 MiB.
 TEST_F(SliceCheckpointTest, WholeReaderGetsTheWholeReadaheadForItsNextFiles) {
+  if (const long pages = testing::FuseMaxPagesLimit(); pages < 256) {
+    GTEST_SKIP() << testing::NotRunForKernel("FUSE requests of 1 MiB, fs.fuse.max_pages_limit 256",
+                                             "fs.fuse.max_pages_limit is " + std::to_string(pages));
+  }
   std::string error;
   auto mount = TensorfsMount::Start(source_, {"-o", "views=none"}, &error);
   ASSERT_NE(mount, nullptr) << error;

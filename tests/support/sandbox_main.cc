@@ -297,7 +297,10 @@ int main(int argc, char** argv) {
   const std::string dir = tmpl;
   int alive[2];
   if (::pipe2(alive, O_CLOEXEC) != 0) Die("pipe");
-  if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0) Die("unshare");
+  if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) != 0) {
+    Die("unshare of mount, network and PID namespaces (every test runs in them: the kernel needs CONFIG_NET_NS "
+        "and CONFIG_PID_NS)");
+  }
   const pid_t init = ::fork();
   if (init < 0) Die("fork");
   if (init == 0) {

@@ -115,6 +115,19 @@ int64_t ProcField(pid_t pid, const std::string& file, const std::string& field) 
   return -1;
 }
 
+std::string NotRunForKernel(std::string_view feature, std::string_view evidence) {
+  const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string name = test == nullptr ? "?" : std::string(test->test_suite_name()) + "." + test->name();
+  return std::string(kNotRunPrefix) + name + ": needs " + std::string(feature) + " (" + std::string(evidence) + ")";
+}
+
+long FuseMaxPagesLimit() {
+  std::ifstream in("/proc/sys/fs/fuse/max_pages_limit");
+  long pages = 256;  // FUSE_MAX_MAX_PAGES, fixed before the setting existed
+  in >> pages;
+  return pages;
+}
+
 const std::string& SharedData(const std::string& key, const std::function<void(const std::string& dir)>& make) {
   static std::mutex mu;
   static std::map<std::string, std::string> made;  // in this process

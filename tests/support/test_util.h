@@ -103,6 +103,19 @@ template <typename Predicate>
 // that modifies objects copies them first.
 const std::string& SharedData(const std::string& key, const std::function<void(const std::string& dir)>& make);
 
+// A test that needs a kernel feature (not a package) which this machine's
+// kernel lacks is not run, and says so in one line that the suite's summary
+// lists apart, as neither a pass nor a failure (docs/design/testing.md):
+//   GTEST_SKIP() << NotRunForKernel("CONFIG_X", "what this machine has");
+// prints "NOT RUN: Suite.Test: needs CONFIG_X (what this machine has)". Only
+// such a skip passes test_main.cc's rule that a skip fails.
+inline constexpr std::string_view kNotRunPrefix = "NOT RUN: ";
+std::string NotRunForKernel(std::string_view feature, std::string_view evidence);
+
+// The most pages one FUSE request may carry on this kernel
+// (/proc/sys/fs/fuse/max_pages_limit; 256 on kernels without the setting).
+long FuseMaxPagesLimit();
+
 }  // namespace tensorfs::testing
 
 #endif  // TENSORFS_TESTS_SUPPORT_TEST_UTIL_H_
