@@ -49,8 +49,11 @@ if ((build)); then
   mkdir -p "$(dirname "$build_dir")"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build_dir.configure.log" 2>&1 ||
     { cat "$build_dir.configure.log"; exit 1; }
-  ninja -C "$build_dir" -j"${JOBS:-2}" "${targets[@]}" | grep -vE '^\[[0-9]+/[0-9]+\] ' || true
-  test "${PIPESTATUS[0]}" -eq 0
+  # pipefail: the build's status is ninja's, whatever the filter does.
+  if ! ninja -C "$build_dir" -j"${JOBS:-2}" "${targets[@]}" | { grep -vE '^\[[0-9]+/[0-9]+\] ' || true; }; then
+    echo "bench: the build failed (the compiler's message is above)" >&2
+    exit 1
+  fi
 fi
 
 mkdir -p "$out"
@@ -59,7 +62,7 @@ if ((micro)); then
   # The quantization and cast cases run inside bench.py, which sets them beside the link rate.
   echo "== micro-benchmarks (header parser, layer grouper)"
   "$build_dir/bench/micro_bench" --benchmark_min_time=0.2 --benchmark_filter='ParseHeader|GroupLayers' \
-    --benchmark_out="$out/micro_bench.json" --benchmark_out_format=json 2>&1 | grep -v '^\*\*\*WARNING'
+    --benchmark_out="$out/micro_bench.json" --benchmark_out_format=json 2>&1 | { grep -v '^\*\*\*WARNING' || true; }
   micro_args=(--micro-bench "$build_dir/bench/micro_bench")
 fi
 

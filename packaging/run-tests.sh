@@ -2,7 +2,8 @@
 # Installs what is needed, builds tensorfs two ways and runs the whole suite:
 #   release  g++, warnings as errors: the unit tests, the real mounts, the
 #            package and booted-systemd tests, the test server's and the
-#            views reference's self-tests;
+#            views reference's self-tests; then README's first command (the
+#            demo) as README writes it, three times in a row on that build;
 #   clang    clang++ with AddressSanitizer, UndefinedBehaviorSanitizer and
 #            -Wthread-safety, warnings as errors: every source and test
 #            compiled under the thread-safety analysis; the unit tests and
@@ -133,6 +134,16 @@ end "build release (g++)"
 begin "test release"
 run_ctest build/release
 end "test release"
+# README's first command, taken from README.md and run as it is written, three
+# times and once through a pipe that closes early; it reuses the release build.
+begin "README's first command (demo)"
+if /usr/bin/python3 tests/docs/readme_first_command_test.py 3; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  die "README's first command failed"
+fi
+end "README's first command (demo)"
 
 begin "build clang (asan, ubsan, tsa, fuzz)"
 CXX=clang++ configure_and_build build/clang -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only \

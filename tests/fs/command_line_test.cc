@@ -17,6 +17,7 @@ namespace tensorfs {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::CommandResult;
 using testing::ReadWhole;
 using testing::RunCommand;
 using testing::TensorfsBinary;
@@ -232,6 +233,48 @@ TEST(ConfigurationDocTest, ListsEveryOptionOnceUnderItsGroup) {
     const std::string form = spec.value_name.empty() ? name : name + "=" + std::string(spec.value_name);
     EXPECT_EQ(doc.form, form) << "docs/CONFIGURATION.md:" << doc.line;
   }
+}
+
+// Every flag that `tensorfs --help` and each command's --help print, read
+// from the binary's own output: the flags of the option table, whose -o item
+// must be an entry of the page, and the others (--print-mount-params,
+// --version, a command's --json ...), which the page must name as `--flag`.
+TEST(ConfigurationDocTest, NamesEveryFlagTheHelpPrints) {
+  const std::string doc = ReadWhole(std::string(TENSORFS_SOURCE_DIR) + "/docs/CONFIGURATION.md");
+  const auto entries = ConfigurationEntries();
+  const CommandResult top = RunCommand(TensorfsBinary() + " --help");
+  ASSERT_EQ(top.exit_code, 0) << top.output;
+  // The commands, from the usage lines ("  tensorfs inspect SOURCE ...").
+  std::vector<std::string> helps = {""};
+  const std::regex command_line(R"(^  tensorfs ([a-z][a-z0-9-]+) )");
+  for (const std::string& line : Lines(top.output)) {
+    std::smatch m;
+    if (std::regex_search(line, m, command_line) && m[1].str() != "COMMAND") helps.push_back(m[1].str());
+  }
+  ASSERT_GT(helps.size(), 3u) << "no commands in the usage of --help:\n" << top.output;
+  const std::regex flag(R"((^|[ ,])(--?[a-zA-Z][a-zA-Z0-9-]*))");
+  size_t seen = 0;
+  for (const std::string& command : helps) {
+    const CommandResult help = RunCommand(TensorfsBinary() + " " + command + " --help");
+    ASSERT_EQ(help.exit_code, 0) << command << ": " << help.output;
+    for (const std::string& line : Lines(help.output)) {
+      if (!line.starts_with("  -")) continue;
+      const std::string names = line.substr(0, line.find("  ", 2));
+      for (std::sregex_iterator it(names.begin(), names.end(), flag), end; it != end; ++it) {
+        const std::string name = (*it)[2].str();
+        if (name.size() == 2 && name != "-o") continue;  // -h, -d, -f: their long forms are named
+        ++seen;
+        std::string item = name.substr(2);
+        std::replace(item.begin(), item.end(), '-', '_');
+        const bool an_entry = name.starts_with("--") && entries.count(item) == 1;
+        EXPECT_TRUE(an_entry || doc.find("`" + name) != std::string::npos)
+            << "docs/CONFIGURATION.md does not name " << name << ", which `tensorfs "
+            << (command.empty() ? "" : command + " ") << "--help` prints: add `" << name
+            << "` under \"## Commands and their flags\"";
+      }
+    }
+  }
+  EXPECT_GT(seen, 40u) << "too few flags read from --help";
 }
 
 TEST(ConfigurationDocTest, DocumentsNoOptionTensorfsLacks) {

@@ -230,7 +230,7 @@ same_bytes() {  # DIR WHAT
   if diff <(sums "$1") "$work/want.sha256" >/dev/null; then
     pass "$2: sha256 of every file equals the source"
   else
-    failed "$2: files differ from the source: $(sums "$1" 2>&1 | head -5)"
+    failed "$2: files differ from the source: $(sums "$1" 2>&1 | sed -n 1,5p)"
   fi
 }
 journal_err() { ct journalctl -q --no-pager -p err -u "$1"; }
@@ -258,7 +258,7 @@ same_bytes /mnt/auto "automount"
 else
 # What docs/TROUBLESHOOTING.md tells a user of this line on such a kernel.
 echo "== the x-systemd.automount line on a kernel without autofs, as docs/TROUBLESHOOTING.md says"
-ct journalctl -q --no-pager -u mnt-auto.automount | grep -q "Starting of mnt-auto.automount unsupported" &&
+grep -q "Starting of mnt-auto.automount unsupported" <<<"$(ct journalctl -q --no-pager -u mnt-auto.automount)" &&
   pass "journalctl -u mnt-auto.automount: $(ct journalctl -q --no-pager -u mnt-auto.automount | tail -1)" ||
   failed "no 'unsupported' in the automount's journal: $(ct journalctl -q --no-pager -u mnt-auto.automount | tail -5)"
 if out=$(ct systemctl start mnt-auto.automount 2>&1); then
@@ -309,18 +309,18 @@ wait_for "tensorfs@mnt-nobucket.service to end failed" unit_failed tensorfs@mnt-
 show=$(ct systemctl show -p ActiveState -p SubState -p NRestarts -p ExecMainStatus tensorfs@mnt-nobucket.service | tr '\n' ' ')
 [[ $show == *ActiveState=failed* && $show == *NRestarts=0* && $show == *ExecMainStatus=4* ]] &&
   pass "tensorfs@mnt-nobucket.service: $show" || failed "tensorfs@mnt-nobucket.service: $show"
-journal_err tensorfs@mnt-nobucket.service | grep -q "no-such-bucket not found" &&
+grep -q "no-such-bucket not found" <<<"$(journal_err tensorfs@mnt-nobucket.service)" &&
   pass "journalctl -p err -u tensorfs@mnt-nobucket.service: $(journal_err tensorfs@mnt-nobucket.service | grep "not found" | tail -1)" ||
   failed "no reason at err priority: $(ct journalctl -q --no-pager -u tensorfs@mnt-nobucket.service | tail -5)"
 [[ $(ct systemctl show -P ActiveState mnt-missing.mount) == failed ]] && pass "fstab mnt-missing.mount failed" ||
   failed "mnt-missing.mount: $(ct systemctl show -P ActiveState mnt-missing.mount)"
-journal_err mnt-missing.mount | grep -q "no-such-bucket not found" &&
+grep -q "no-such-bucket not found" <<<"$(journal_err mnt-missing.mount)" &&
   pass "journalctl -p err -u mnt-missing.mount: $(journal_err mnt-missing.mount | grep "not found" | tail -1)" ||
   failed "fstab: no reason at err priority: $(ct journalctl -q --no-pager -u mnt-missing.mount | tail -5)"
 
 echo "== the server down: tensorfs' own reason at err, and a restart"
 ct timeout 120 systemctl start tensorfs@mnt-down.service && failed "started with the server down"
-journal_err tensorfs@mnt-down.service | grep -q "tensorfs.*gave up after" &&
+grep -q "tensorfs.*gave up after" <<<"$(journal_err tensorfs@mnt-down.service)" &&
   pass "journalctl -p err -u tensorfs@mnt-down.service: $(journal_err tensorfs@mnt-down.service | grep "gave up" | tail -1)" ||
   failed "no 'gave up' at err priority: $(ct journalctl -q --no-pager -u tensorfs@mnt-down.service | tail -5)"
 restarted() { [[ $(ct systemctl show -P NRestarts tensorfs@mnt-down.service) -ge 1 ]]; }
