@@ -130,7 +130,8 @@ ReadEngine::ReaderState& ReadEngine::Remember(ReaderId reader) {
 uint64_t ReadEngine::FileReadaheadFor(const ObjectInfo& object, uint64_t process) {
   // Without a sink applying each file's own value, files are taken to be
   // opened at the mount's.
-  return per_file_readahead_ ? readahead_.WantedFor(process, IsOneOfSeveralShards(object.name)) : readahead_wanted_;
+  return per_file_readahead_ ? readahead_.WantedFor(process, IsOneOfSeveralShards(object.name), object.name)
+                             : readahead_wanted_;
 }
 
 uint64_t ReadEngine::FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) {
@@ -176,7 +177,7 @@ void ReadEngine::ReleaseReader(ReaderId reader) {
 void ReadEngine::SetKind(ReaderState& r, ReadaheadPolicy::Kind kind) {
   if (r.kind == kind) return;
   const uint64_t was = readahead_.WantedFor(r.process, /*shard=*/false);
-  readahead_.Change(r.process, r.kind, kind);
+  readahead_.Change(r.process, r.kind, kind, r.object.name);
   r.kind = kind;
   TakeWanted(r.process, was, kind == ReadaheadPolicy::Kind::kSlice ? "slice readers" : "whole-tensor readers");
 }
@@ -245,7 +246,7 @@ void ReadEngine::Opening(std::string_view name, ReaderId reader) {
   uint64_t wanted = 0;
   {
     MutexLock lock(mu_);
-    wanted = readahead_.WantedFor(reader.process, IsOneOfSeveralShards(name));
+    wanted = readahead_.WantedFor(reader.process, IsOneOfSeveralShards(name), name);
     if (reader.value != 0) {
       ReaderState& r = Remember(reader);
       r.file_readahead = wanted;

@@ -19,7 +19,7 @@ ReadaheadPolicy::Options ReadaheadPolicy::ForMount(bool explicit_read_ahead, uin
 
 ReadaheadPolicy::ReadaheadPolicy(Options options) : options_(options), resting_(ValueOf(nullptr, false)) {}
 
-uint64_t ReadaheadPolicy::ValueOf(const Process* p, bool shard) const {
+uint64_t ReadaheadPolicy::ValueOf(const Process* p, bool shard, const FileReaders* f) const {
   if (options_.fixed) return options_.unknown;
   // The declared kind (-o shard=), else the one the process was seen as.
   const Kind kind = options_.declared != Kind::kUnknown ? options_.declared : p != nullptr ? p->mode : Kind::kUnknown;
@@ -33,10 +33,15 @@ uint64_t ReadaheadPolicy::ValueOf(const Process* p, bool shard) const {
     case Kind::kUnknown:
       break;
   }
+  // Nothing known of the process: what the file's own readers were.
+  if (f != nullptr && f->whole && !f->slice) return options_.whole;
   return shard && options_.unknown_shard != 0 ? options_.unknown_shard : options_.unknown;
 }
 
-uint64_t ReadaheadPolicy::WantedFor(uint64_t process, bool shard) const { return ValueOf(Find(process), shard); }
+uint64_t ReadaheadPolicy::WantedFor(uint64_t process, bool shard, std::string_view file) const {
+  auto f = file.empty() ? files_.end() : files_.find(file);
+  return ValueOf(Find(process), shard, f == files_.end() ? nullptr : &f->second);
+}
 
 const ReadaheadPolicy::Process* ReadaheadPolicy::Find(uint64_t process) const {
   auto it = processes_.find(process);
@@ -61,8 +66,21 @@ ReadaheadPolicy::Process& ReadaheadPolicy::Of(uint64_t process) {
   return it->second;
 }
 
-void ReadaheadPolicy::Change(uint64_t process, Kind before, Kind after) {
+void ReadaheadPolicy::Change(uint64_t process, Kind before, Kind after, std::string_view file) {
   if (before == after) return;
+  if (!file.empty() && after != Kind::kUnknown) {
+    auto [it, inserted] = files_.try_emplace(std::string(file));
+    FileReaders& f = it->second;
+    (after == Kind::kWhole ? f.whole : f.slice) = true;
+    f.last_used = ++clock_;
+    if (inserted && files_.size() > kFiles) {
+      auto oldest = files_.begin();
+      for (auto i = files_.begin(); i != files_.end(); ++i) {
+        if (i->second.last_used < oldest->second.last_used) oldest = i;
+      }
+      files_.erase(oldest);
+    }
+  }
   Process& p = Of(process);
   const uint64_t was = ValueOf(&p, false);
   if (before == Kind::kWhole) p.whole_open = std::max(0, p.whole_open - 1);

@@ -35,13 +35,21 @@
 // A whole-tensor loader and a slice reader of two processes on one mount each
 // keep their own value: the slice reader's files are not opened at `whole`
 // because another process reads whole tensors (its faults would read a whole
-// readahead around each slice, and its slices could no longer be told apart),
-// and a process new to the mount has its first file opened at `unknown`
-// whatever the others are. Within a process the last kind seen stays in force
+// readahead around each slice, and its slices could no longer be told apart).
+// A process not known yet opens a file by what that file's own readers were
+// (per file, whatever process they were of): `whole` when every reader of it
+// that was told apart read whole tensors (a loader run again, `cat` or a
+// pool of readers of one checkpoint, each a new process on a mount that
+// stays up), else `unknown`: a file never read, or one a slice reader read.
+// A file's readers are the same job far more often than not; the one guess
+// that can cost bytes, a new slice reader opening a file that only whole
+// readers read before, costs at most that file's read-around, and the
+// loader's pages of it are then likely in the page cache already. Within a process the last kind seen stays in force
 // after its readers' files are closed (a loader's next file is opened by a new
 // reader once the last one is closed), and `whole` wins while one of its
 // readers reads whole tensors. Only files opened after a change get the new
-// value: a process's first file is read at `unknown` (or `unknown_shard`).
+// value: a process's first file is read at `unknown` (or `unknown_shard`),
+// unless that file's readers were all whole readers.
 // Limits: the kernel has one value per mount at a time, set just before each
 // open (WantedFor); two processes opening files that want different values at
 // the same instant may both get the second. A slice reader of a process set
@@ -62,6 +70,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <string>
+#include <string_view>
 
 namespace tensorfs {
 
@@ -105,18 +115,19 @@ class ReadaheadPolicy {
 
   explicit ReadaheadPolicy(Options options);
 
-  // The readahead a file opened now by `process` (0: not known) should get;
-  // `shard`: it is one shard of a checkpoint of several
-  // (IsOneOfSeveralShards). 0 when the policy leaves the kernel's as it is.
-  uint64_t WantedFor(uint64_t process, bool shard) const;
+  // The readahead file `file` (its object name; "" for none) opened now by
+  // `process` (0: not known) should get; `shard`: it is one shard of a
+  // checkpoint of several (IsOneOfSeveralShards). 0 when the policy leaves
+  // the kernel's as it is.
+  uint64_t WantedFor(uint64_t process, bool shard, std::string_view file = {}) const;
   // The readahead of the files no process's kind decides (files other than
   // safetensors ones, views): the value of the process whose value changed
   // last; before any did, a new process's.
   uint64_t Wanted() const { return resting_; }
 
-  // A reader of `process` went from `before` to `after` (kUnknown for a
-  // reader opened or closed).
-  void Change(uint64_t process, Kind before, Kind after);
+  // A reader of `process` reading `file` (its object name) went from
+  // `before` to `after` (kUnknown for a reader opened or closed).
+  void Change(uint64_t process, Kind before, Kind after, std::string_view file = {});
 
   // The slices `process`'s slice readers read average `bytes` (the first
   // file they read tells; later calls change nothing). With -o shard=R/N
@@ -128,6 +139,9 @@ class ReadaheadPolicy {
   // open go past it (a process seen again starts as a new one).
   static constexpr size_t kProcesses = 256;
   size_t processes() const { return processes_.size(); }
+  // Files whose readers are remembered: the least recently told past it go.
+  static constexpr size_t kFiles = 1024;
+  size_t files() const { return files_.size(); }
 
  private:
   struct Process {
@@ -137,8 +151,16 @@ class ReadaheadPolicy {
     uint64_t last_used = 0;
   };
 
-  // The value of files of a process in state `p` (null: one not seen yet).
-  uint64_t ValueOf(const Process* p, bool shard) const;
+  // What the readers of one file were seen to do, whatever their process.
+  struct FileReaders {
+    bool whole = false;  // one read whole tensors
+    bool slice = false;  // one read slices
+    uint64_t last_used = 0;
+  };
+
+  // The value of a file of a process in state `p` (null: one not seen yet)
+  // whose readers were `f` (null: none told apart).
+  uint64_t ValueOf(const Process* p, bool shard, const FileReaders* f = nullptr) const;
   const Process* Find(uint64_t process) const;
   // Its state, made if new (and the least recently used past kProcesses
   // dropped).
@@ -146,6 +168,7 @@ class ReadaheadPolicy {
 
   const Options options_;
   std::map<uint64_t, Process> processes_;
+  std::map<std::string, FileReaders, std::less<>> files_;
   uint64_t clock_ = 0;
   uint64_t declared_slice_size_ = 0;  // -o shard=R/N: the mount's slices; 0 until known
   uint64_t resting_ = 0;              // Wanted()

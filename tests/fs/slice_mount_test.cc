@@ -189,6 +189,30 @@ TEST_F(SliceCheckpointTest, WholeReaderGetsTheWholeReadaheadForItsNextFiles) {
   EXPECT_GT(over_half, over_64k / 2) << "the second file is read in requests of up to 1 MiB: " << stats.dump();
 }
 
+// A loader run again on a mount that stays up is a new process: its files
+// open at the readahead their last readers were read at (the whole one, as
+// only whole readers read them), not at the kernel's default a process new
+// to the mount would get for a file never read. A slice host's files (the
+// mixed readers' tests) still open at the default.
+TEST_F(SliceCheckpointTest, ALoaderRunAgainOpensTheFilesWholeReadersReadAtTheWholeReadahead) {
+  std::string error;
+  auto mount = TensorfsMount::Start(source_, {"-o", "views=none"}, &error);
+  ASSERT_NE(mount, nullptr) << error;
+  ASSERT_EQ(shards_.size(), 2u);
+  ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);  // the first run: one process, both shards
+  const nlohmann::json first = Stats(mount->path());
+  ASSERT_GT(ReadSlices(mount->path(), 0, 1, "storage"), 0u);  // the second run: a new process
+  const nlohmann::json second = Stats(mount->path());
+  uint64_t opens = 0;  // by the second run, at any readahead
+  for (const auto& [bytes, n] : second["files_opened_by_read_ahead"].items()) {
+    opens += n.get<uint64_t>() - OpenedAt(first, std::stoull(bytes));
+  }
+  EXPECT_GE(opens, shards_.size()) << second.dump();
+  EXPECT_EQ(OpenedAt(second, 1 << 20) - OpenedAt(first, 1 << 20), opens)
+      << "the second run opened a file at less than the whole readahead:\n" << first.dump() << "\n"
+      << second.dump();
+}
+
 // -o shard=R/N says the process reads slices: every file gets the slice
 // readahead from the start.
 TEST_F(SliceCheckpointTest, ShardOptionGivesTheSliceReadaheadFromTheStart) {

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/engine/tuning.h"
 
 namespace tensorfs {
@@ -148,6 +150,54 @@ TEST(ReadaheadPolicyTest, EachProcessGetsTheValueOfItsOwnReaders) {
   EXPECT_EQ(p.WantedFor(kHost, /*shard=*/true), ReadaheadPolicy::kSliceDefault);
   EXPECT_EQ(p.WantedFor(kLoader, /*shard=*/true), ReadaheadPolicy::kWholeDefault);
   EXPECT_EQ(p.WantedFor(/*process=*/300, /*shard=*/false), ReadaheadPolicy::kUnknownDefault) << "a new process";
+}
+
+// A process not known yet opens a file by what that file's readers were: a
+// loader run again (a new process on a mount that stays up) gets the whole
+// readahead for the files its last run read whole, not the kernel's default.
+TEST(ReadaheadPolicyTest, ANewProcessOpensAFileOnlyWholeReadersReadAtTheWholeReadahead) {
+  constexpr uint64_t kFirstRun = 100, kSecondRun = 101;
+  ReadaheadPolicy p = Learned();
+  p.Change(kFirstRun, Kind::kUnknown, Kind::kWhole, "ckpt/model-00001-of-00002.safetensors");
+  p.Change(kFirstRun, Kind::kWhole, Kind::kUnknown, "ckpt/model-00001-of-00002.safetensors");  // closed
+  EXPECT_EQ(p.WantedFor(kSecondRun, /*shard=*/true, "ckpt/model-00001-of-00002.safetensors"),
+            ReadaheadPolicy::kWholeDefault);
+  EXPECT_EQ(p.WantedFor(kSecondRun, /*shard=*/true, "ckpt/model-00002-of-00002.safetensors"),
+            ReadaheadPolicy::kUnknownShardDefault)
+      << "a file no reader was told apart on";
+  EXPECT_EQ(p.WantedFor(kSecondRun, /*shard=*/true), ReadaheadPolicy::kUnknownShardDefault) << "no file named";
+}
+
+// A file a slice reader read is no whole readers' file, whatever else read
+// it: a new process opens it at the kernel's default, where slices are
+// learned; and a process known to read slices keeps its own value whatever
+// the file's readers were.
+TEST(ReadaheadPolicyTest, AFileASliceReaderReadGivesANewProcessTheKernelsDefault) {
+  constexpr char kFile[] = "ckpt/model-00001-of-00002.safetensors";
+  ReadaheadPolicy p = Learned();
+  p.Change(/*process=*/1, Kind::kUnknown, Kind::kWhole, kFile);
+  p.Change(/*process=*/2, Kind::kUnknown, Kind::kSlice, kFile);
+  EXPECT_EQ(p.WantedFor(/*process=*/3, /*shard=*/true, kFile), ReadaheadPolicy::kUnknownShardDefault);
+  EXPECT_EQ(p.WantedFor(/*process=*/2, /*shard=*/true, kFile), ReadaheadPolicy::kSliceDefault);
+
+  ReadaheadPolicy q = Learned();
+  q.Change(/*process=*/1, Kind::kUnknown, Kind::kWhole, kFile);
+  q.Change(/*process=*/2, Kind::kUnknown, Kind::kSlice, "other/model.safetensors");
+  EXPECT_EQ(q.WantedFor(/*process=*/2, /*shard=*/true, kFile), ReadaheadPolicy::kSliceDefault)
+      << "a process's own kind comes first";
+}
+
+// Files whose readers are remembered are bounded: the least recently told go.
+TEST(ReadaheadPolicyTest, FilesRememberedAreBounded) {
+  ReadaheadPolicy p = Learned();
+  for (size_t i = 0; i < 2 * ReadaheadPolicy::kFiles; ++i) {
+    p.Change(/*process=*/1, Kind::kUnknown, Kind::kWhole, "f" + std::to_string(i));
+    p.Change(/*process=*/1, Kind::kWhole, Kind::kUnknown, "f" + std::to_string(i));
+  }
+  EXPECT_LE(p.files(), ReadaheadPolicy::kFiles);
+  EXPECT_EQ(p.WantedFor(/*process=*/2, /*shard=*/false, "f" + std::to_string(2 * ReadaheadPolicy::kFiles - 1)),
+            ReadaheadPolicy::kWholeDefault);
+  EXPECT_EQ(p.WantedFor(/*process=*/2, /*shard=*/false, "f0"), ReadaheadPolicy::kUnknownDefault) << "forgotten";
 }
 
 // The slices' size is the process's: a host of 16 (small slices) and a
