@@ -263,6 +263,7 @@ struct FuseHandlers {
     const FuseServer& server = Server(req);
     nlohmann::json stats = server.metrics_.ToJson();
     stats["mount"] = MountSettingsJson(server.options_, server.uid_, server.gid_);
+    stats["cpu_seconds"] = ProcessCpuJson();
     const std::string json = stats.dump();
     if (size == 0) return (void)fuse_reply_xattr(req, json.size());
     if (size < json.size()) return (void)fuse_reply_err(req, ERANGE);

@@ -1,7 +1,9 @@
 #include "fs/stats.h"
 
+#include <sys/resource.h>
 #include <sys/xattr.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +52,13 @@ nlohmann::json MountSettingsJson(const MountOptions& options, uint32_t uid, uint
   return j;
 }
 
+nlohmann::json ProcessCpuJson() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return {{"user", seconds(usage.ru_utime)}, {"system", seconds(usage.ru_stime)}};
+}
+
 namespace {
 
 std::string Bytes(double b) {
@@ -91,6 +100,24 @@ std::string RenderStatsText(const nlohmann::json& s) {
     out << ratio;
   }
   out << "\n";
+  // What each GB served cost: the daemon's CPU, and how many FUSE reads and
+  // range requests carried it (more, smaller ones cost more CPU per byte).
+  if (served > 0) {
+    const double gb = static_cast<double>(served) / 1e9;
+    char cost[160];
+    if (const auto cpu = s.find("cpu_seconds"); cpu != s.end() && cpu->is_object()) {
+      const double user = cpu->value("user", 0.0), system = cpu->value("system", 0.0);
+      std::snprintf(cost, sizeof cost, "cpu of the mount        %.2f s user + %.2f s system: %.2f CPU-s per GB served\n",
+                    user, system, (user + system) / gb);
+      out << cost;
+    }
+    std::snprintf(cost, sizeof cost, "per GB served           %.0f reads from the kernel (%s each), %.1f range requests\n",
+                  static_cast<double>(u("read_requests")) / gb,
+                  Bytes(static_cast<double>(served) / static_cast<double>(std::max<uint64_t>(1, u("read_requests"))))
+                      .c_str(),
+                  static_cast<double>(u("fetches")) / gb);
+    out << cost;
+  }
   out << "cache                   " << Bytes(static_cast<double>(u("cache_bytes"))) << " held; " << hits << " hits, " << misses
       << " misses, " << u("cache_evictions") << " evictions\n";
   out << "chunk buffers           " << u("buffers_reused") << " reused, " << u("buffers_mapped") << " mapped fresh\n";

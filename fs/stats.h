@@ -22,7 +22,14 @@ StatusOr<nlohmann::json> ReadMountStats(const std::string& mountpoint);
 // views, and the owner and modes its files report.
 nlohmann::json MountSettingsJson(const MountOptions& options, uint32_t uid, uint32_t gid);
 
-// A readable summary of Metrics::ToJson() (and "mount", when present).
+// The CPU time this process (the mount's daemon) has used since it started,
+// user and system, in seconds: {"user": U, "system": S}. Read at each stats
+// request (getrusage), so it costs the data path nothing.
+nlohmann::json ProcessCpuJson();
+
+// A readable summary of Metrics::ToJson() (and "mount" and "cpu_seconds",
+// when present), with what a GB served cost: CPU-seconds, FUSE reads and
+// range requests per GB.
 std::string RenderStatsText(const nlohmann::json& stats);
 
 }  // namespace tensorfs

@@ -55,5 +55,23 @@ TEST(MountSettingsTest, TheTextSummaryStartsWithTheMount) {
   EXPECT_THAT(text, HasSubstr("shard 0/2"));
 }
 
+// What a GB served cost, which tells a costly data path apart at a glance:
+// the daemon's CPU per GB, and how many FUSE reads and range requests carried it.
+TEST(MountSettingsTest, TheTextSummarySaysWhatAGbServedCost) {
+  nlohmann::json stats = {{"bytes_served", 2000000000}, {"read_requests", 16000}, {"fetches", 240},
+                          {"cpu_seconds", {{"user", 0.3}, {"system", 1.1}}}};
+  const std::string text = RenderStatsText(stats);
+  EXPECT_THAT(text, HasSubstr("cpu of the mount        0.30 s user + 1.10 s system: 0.70 CPU-s per GB served"));
+  EXPECT_THAT(text, HasSubstr("per GB served           8000 reads from the kernel (122.07 KiB each), 120.0 range requests"));
+}
+
+TEST(MountSettingsTest, ProcessCpuIsThisProcesssUserAndSystemSeconds) {
+  volatile double x = 0;
+  for (int i = 0; i < 20000000; ++i) x = x + 1;  // some user time
+  const nlohmann::json cpu = ProcessCpuJson();
+  EXPECT_GT(cpu.value("user", 0.0), 0.0) << cpu.dump();
+  EXPECT_GE(cpu.value("system", -1.0), 0.0) << cpu.dump();
+}
+
 }  // namespace
 }  // namespace tensorfs
