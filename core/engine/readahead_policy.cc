@@ -106,6 +106,13 @@ void ReadaheadPolicy::SetSliceSize(uint64_t process, uint64_t bytes) {
   if (const uint64_t now = ValueOf(&p, false); now != was) resting_ = now;
 }
 
+ReadaheadPolicy::Kind ReadaheadPolicy::KindOf(uint64_t process) const {
+  if (options_.fixed) return Kind::kUnknown;
+  if (options_.declared != Kind::kUnknown) return options_.declared;
+  const Process* p = Find(process);
+  return p == nullptr ? Kind::kUnknown : p->mode;
+}
+
 bool ReadaheadPolicy::slice_size_known(uint64_t process) const {
   if (options_.declared == Kind::kSlice) return declared_slice_size_ != 0;
   const Process* p = Find(process);

@@ -133,6 +133,9 @@ class ReadaheadPolicy {
   // file they read tells; later calls change nothing). With -o shard=R/N
   // the slices are the mount's, whichever process tells.
   void SetSliceSize(uint64_t process, uint64_t bytes);
+  // The kind whose value `process`'s files get now (kUnknown for a process
+  // not seen, or with -o read_ahead= given); -o shard='s where given.
+  Kind KindOf(uint64_t process) const;
   bool slice_size_known(uint64_t process) const;
 
   // Processes remembered: the least recently seen with no whole-tensor reader
