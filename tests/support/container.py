@@ -92,12 +92,12 @@ class Output:
         return self.text
 
 
-def start_gcs_server(data_dir, work_dir):
-    """The GCS test server over `data_dir` (each subdirectory a bucket); returns
-    (process, endpoint URL)."""
+def start_gcs_server(data_dir, work_dir, extra_args=()):
+    """The GCS test server over `data_dir` (each subdirectory a bucket), with
+    `extra_args` (its S3 dialect's flags, say); returns (process, endpoint URL)."""
     port_file = os.path.join(work_dir, "gcs_port")
     server = subprocess.Popen([sys.executable, os.path.join(HERE, "gcs_test_server.py"), "--data", data_dir,
-                               "--port", "0", "--port-file", port_file, "--quiet"])
+                               "--port", "0", "--port-file", port_file, "--quiet", *extra_args])
     try:
         wait_until(lambda: os.path.exists(port_file), "the GCS test server to listen", server)
     except AssertionError:
