@@ -90,10 +90,18 @@ Status CheckTtl(std::string_view value) {
   return OkStatus();
 }
 
-// A TTL as tensorfs' seconds: minimal 0, indefinite inf.
+// Keeps a checked TTL for Compose.
+Status KeepTtl(std::optional<std::string>& field, std::string_view value) {
+  RETURN_IF_ERROR(CheckTtl(value));
+  field = std::string(value);
+  return OkStatus();
+}
+
+// A TTL as tensorfs' seconds: minimal 0, indefinite inf (and so is more than
+// tensorfs' 1e9 s, over 31 years).
 std::string TtlSeconds(std::string_view value) {
   if (value == "minimal") return "0";
-  if (value == "indefinite") return "inf";
+  if (value == "indefinite" || ParseUnsigned<uint64_t>(value).value_or(0) > 1000000000) return "inf";
   return std::string(value);
 }
 
@@ -224,18 +232,10 @@ const std::array kOptions = {
            .meaning = "metadata_ttl and negative_ttl: N seconds; indefinite: inf; minimal: 0 (looked up again "
                       "after the kernel's 1 s attr_timeout and entry_timeout). Without it, tensorfs' own 60 s and "
                       "5 s",
-           .apply = [](Translation& t, std::string_view v) {
-             RETURN_IF_ERROR(CheckTtl(v));
-             t.metadata_ttl = std::string(v);
-             return OkStatus();
-           }},
+           .apply = [](Translation& t, std::string_view v) { return KeepTtl(t.metadata_ttl, v); }},
     Option{.name = "negative-metadata-ttl", .value_name = "SECONDS|indefinite|minimal",
            .meaning = "negative_ttl: N seconds; indefinite: inf; minimal: 0",
-           .apply = [](Translation& t, std::string_view v) {
-             RETURN_IF_ERROR(CheckTtl(v));
-             t.negative_ttl = std::string(v);
-             return OkStatus();
-           }},
+           .apply = [](Translation& t, std::string_view v) { return KeepTtl(t.negative_ttl, v); }},
 
     // Advanced options.
     Option{.name = "user-agent-prefix", .value_name = "PREFIX",
@@ -328,7 +328,9 @@ Status ReadOption(const std::vector<std::string>& args, size_t& i, Translation& 
         std::string list = arg.substr(k + 1);
         if (list.starts_with('=')) list.erase(0, 1);
         if (list.empty()) {
-          if (i + 1 >= args.size()) return InvalidArgumentError("a value is required for '-o <OPTIONS>' but none was supplied");
+          if (i + 1 >= args.size()) {
+            return InvalidArgumentError("a value is required for '-o <OPTIONS>' but none was supplied");
+          }
           list = args[++i];
         }
         ASSIGN_OR_RETURN(std::vector<std::string> expanded, FstabOptions(list));

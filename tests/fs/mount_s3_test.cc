@@ -155,6 +155,8 @@ TEST(MountS3Test, MetadataTtlMinimalIndefiniteAndSeconds) {
   const MountS3Command zero = Translated({"b", "/dev/fd/3", "--metadata-ttl=0"});
   EXPECT_EQ(zero.options.attr_timeout_s, 1);
   EXPECT_THAT(zero.notes, ElementsAre(HasSubstr("taken as 'minimal'")));
+  EXPECT_TRUE(std::isinf(Translated({"b", "/dev/fd/3", "--metadata-ttl=3000000000"}).options.metadata_ttl_s))
+      << "mount-s3's 100 years are tensorfs' forever";
   const MountOptions unset = Translated({"b", "/dev/fd/3"}).options;
   EXPECT_EQ(unset.metadata_ttl_s, MountOptions{}.metadata_ttl_s) << "tensorfs' own default";
   EXPECT_EQ(Refusal({"b", "/dev/fd/3", "--metadata-ttl=soon"}),

@@ -437,8 +437,8 @@ class ProfileFileCredentials : public AwsCredentialsProvider {
                    MaskAccessKeyId(credentials_.access_key_id));
       return;
     }
-    if (fresh.access_key_id == credentials_.access_key_id && fresh.secret_access_key == credentials_.secret_access_key &&
-        fresh.session_token == credentials_.session_token) {
+    if (fresh.access_key_id == credentials_.access_key_id &&
+        fresh.secret_access_key == credentials_.secret_access_key && fresh.session_token == credentials_.session_token) {
       return;
     }
     credentials_ = std::move(fresh);
