@@ -40,8 +40,9 @@ TESTDATA = os.environ.get("TENSORFS_TESTDATA", "")
 
 sys.path.insert(0, SUPPORT)
 from container import HANG_GUARD_S, Output, start_gcs_server, wait_until  # noqa: E402
-from daemon_check import run_tests  # noqa: E402
-from s3_csi_driver import PublishError, S3CsiNodePlugin, long_term_profile, user_agent, write_credential_file  # noqa: E402
+from daemon_check import run_tests, sandbox_dir  # noqa: E402
+from s3_csi_driver import (PublishError, S3CsiNodePlugin, long_term_profile, user_agent,  # noqa: E402
+                           write_credential_file)
 
 BUCKET = "models"
 MODEL = "llama"
@@ -74,6 +75,9 @@ class EksMountTest(unittest.TestCase):
         cls.model = os.path.join(cls.work, "data", BUCKET, MODEL)
         subprocess.run([TESTDATA, "--arch", "llama", "--size-mib", "8", "--shards", "2", "--out", cls.model],
                        check=True, capture_output=True, timeout=HANG_GUARD_S)
+        cls.reports = os.path.join(cls.work, "sanitizer-reports")
+        os.mkdir(cls.reports)
+        os.chmod(cls.reports, 0o1777)
         cls.bin_dir = os.path.join(cls.work, "mountpoint-s3", "bin")
         r = subprocess.run(["bash", os.path.join(SRC, "packaging", "build-eks-image.sh"), BUILD_DIR, "--bundle-only",
                             cls.bin_dir], capture_output=True, text=True, timeout=HANG_GUARD_S * 5)
@@ -89,6 +93,8 @@ class EksMountTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.terminate()
         cls.server.wait(HANG_GUARD_S)
+        for report in os.listdir(cls.reports) if sandbox_dir() else []:  # where the sandbox finds them
+            shutil.move(os.path.join(cls.reports, report), os.path.join(sandbox_dir(), report))
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def setUp(self):
@@ -114,8 +120,10 @@ class EksMountTest(unittest.TestCase):
             except subprocess.TimeoutExpired:
                 os.killpg(self.pod.pid, signal.SIGKILL)  # the pod's processes, mount-s3 with them
                 self.pod.wait(HANG_GUARD_S)
-        self.pod_stdout.wait()
+        self.pod_stdout.wait()  # at their end: every process of the pod is gone
         self.pod_stderr.wait()
+        self.pod.stdout.close()
+        self.pod.stderr.close()
         shutil.rmtree(self.node, ignore_errors=True)
 
     def start_pod(self):
@@ -150,12 +158,34 @@ class EksMountTest(unittest.TestCase):
         """Driver-level long-term credentials (a Kubernetes secret): a profile in files under /comm."""
         return long_term_profile(self.comm, "pod-1234-models-pv-", key, secret)
 
+    @classmethod
+    def sanitizer_env(cls):
+        """What a sanitizer build's mount-s3 needs besides the driver's environment: the
+        sandbox's options, its reports written where uid 1000 may write (moved into the
+        sandbox's directory, where it looks for them, at the end), and LeakSanitizer told that
+        the loader's own allocations are no leak: started through the bundle's ld.so, the
+        process has no AT_BASE by which LeakSanitizer knows the loader."""
+        env = {}
+        for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
+            value = os.environ.get(name, "")
+            if not value:
+                continue
+            items = [item for item in value.split(":") if item and not item.startswith("log_path=")]
+            if name != "LSAN_OPTIONS" and sandbox_dir():
+                items.append("log_path=" + os.path.join(cls.reports, "sanitizer"))
+            env[name] = ":".join(items)
+        if "ASAN_OPTIONS" in env:
+            suppressions = os.path.join(cls.work, "lsan.supp")
+            with open(suppressions, "w") as f:
+                f.write("leak:_dl_map_object_deps\nleak:_dl_new_object\nleak:dl_open_worker_begin\n")
+            os.chmod(suppressions, 0o644)
+            env["LSAN_OPTIONS"] = ":".join(filter(None, [env.get("LSAN_OPTIONS"), "suppressions=" + suppressions,
+                                                          "print_suppressions=0"]))
+        return env
+
     def publish(self, options=None, env=None, bucket=BUCKET, **kwargs):
         env = self.profile_env() if env is None else env
-        # The sandbox's sanitizer settings reach a sanitizer build's tensorfs, as nothing else does.
-        for name in ("ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS"):
-            if name in os.environ:
-                env[name] = os.environ[name]
+        env.update(self.sanitizer_env())
         try:
             return self.plugin.publish("models-pv", bucket, self.comm, self.options() if options is None else options,
                                        env, **kwargs)
@@ -165,6 +195,7 @@ class EksMountTest(unittest.TestCase):
     def publish_failing(self, options=None, env=None, bucket=BUCKET):
         """A publish that must fail: the node plugin's error, once the Mountpoint Pod has ended."""
         env = self.profile_env() if env is None else env
+        env.update(self.sanitizer_env())
         with self.assertRaises(PublishError) as raised:
             self.plugin.publish("models-pv", bucket, self.comm, self.options() if options is None else options, env)
         self.pod.wait(HANG_GUARD_S)
@@ -221,7 +252,7 @@ class EksMountTest(unittest.TestCase):
         self.assertEqual(message["args"], sorted(message["args"]))
         self.assertEqual([e.split("=")[0] for e in message["env"]],
                          sorted(["AWS_CONFIG_FILE", "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE"] +
-                                [n for n in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS") if n in os.environ]))
+                                list(self.sanitizer_env())))
         stats = self.stats()
         self.assertEqual(set(stats["s3_signers"]), {KEY1}, "every request signed with the profile's key")
         self.assertTrue(stats["s3_user_agents"], stats)
@@ -349,6 +380,7 @@ class EksMountTest(unittest.TestCase):
         # The mount answers the kernel before the bucket does: the node plugin may have
         # found it ready, or may still be waiting and read mount.err.
         env = self.profile_env()
+        env.update(self.sanitizer_env())
         try:
             self.plugin.publish("models-pv", "no-such-bucket", self.comm, self.options(), env)
         except PublishError as e:

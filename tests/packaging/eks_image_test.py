@@ -33,24 +33,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.realpath(os.path.join(HERE, "..", ".."))
 SUPPORT = os.path.join(SRC, "tests", "support")
 sys.path.insert(0, SUPPORT)
-from container import HANG_GUARD_S, Output, start_gcs_server  # noqa: E402
+from container import HANG_GUARD_S, Output, fail, run_or_fail as run, start_gcs_server  # noqa: E402
 from s3_csi_driver import PublishError, S3CsiNodePlugin, long_term_profile  # noqa: E402
 
 BIN_DIR = "/mountpoint-s3/bin"
 DRIVER_IMAGE = "public.ecr.aws/mountpoint-s3-csi-driver/aws-mountpoint-s3-csi-driver:v2.7.0"
 KEY, SECRET = "AKIAIMAGETESTKEY01", "image-secret"
-
-
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(argv, what, **kwargs):
-    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if r.returncode != 0:
-        fail("%s: exit %d\n%s%s" % (what, r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
-    return r.stdout
 
 
 def main():

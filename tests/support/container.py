@@ -36,6 +36,20 @@ def sandboxed(argv, hide=(), read_only_root=False, writable=()):
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
 
 
+def fail(message):
+    """Ends a test script that is no unittest module (the image tests): FAIL line, exit 1."""
+    print("FAIL: " + message, file=sys.stderr)
+    sys.exit(1)
+
+
+def run_or_fail(argv, what, **kwargs):
+    """argv's stdout, or fail() with the end of its output."""
+    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if r.returncode != 0:
+        fail("%s: exit %d\n%s%s" % (what, r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
+    return r.stdout
+
+
 def sha256_of(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
