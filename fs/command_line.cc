@@ -342,7 +342,7 @@ constexpr std::string_view kManFiles =
     "The unit's configuration: TENSORFS_SOURCE and TENSORFS_OPTIONS.\n"
     ".TP\n.B /usr/share/doc/tensorfs/\n"
     "README.md, and every option, behaviour and message in detail: CONFIGURATION.md, SEMANTICS.md, "
-    "VIEWS.md, TROUBLESHOOTING.md, PERFORMANCE.md, KUBERNETES.md.\n";
+    "VIEWS.md, TROUBLESHOOTING.md, PERFORMANCE.md, KUBERNETES.md, EKS.md.\n";
 
 constexpr std::string_view kManExamples =
     ".PP\nMount a bucket, load from it, unmount:\n"
