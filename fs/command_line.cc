@@ -4,6 +4,7 @@
 #include <span>
 
 #include "fs/exit_status.h"
+#include "fs/mount_s3.h"
 
 namespace tensorfs {
 namespace {
@@ -26,6 +27,16 @@ constexpr std::string_view kDetails =
     "Every option in detail: docs/CONFIGURATION.md, installed in /usr/share/doc/tensorfs/.";
 
 constexpr std::string_view kGeneralGroup = "General";
+
+constexpr std::string_view kMountS3Summary = "run as mount-s3 by Mountpoint for Amazon S3's CSI driver";
+constexpr std::string_view kMountS3Description =
+    "Named mount-s3 (the package's /usr/lib/tensorfs/bin/mount-s3, or the bundle packaging/build-eks-image.sh "
+    "makes), tensorfs takes the command line of Mountpoint for Amazon S3, as the Mountpoint for Amazon S3 CSI "
+    "driver runs it: mount-s3 BUCKET /dev/fd/N [OPTIONS], the /dev/fuse descriptor mounted by the driver's node "
+    "plugin. BUCKET is a bucket name (with --prefix) or s3://BUCKET/PREFIX/. It serves s3://BUCKET/PREFIX as "
+    "tensorfs s3://BUCKET/PREFIX /dev/fd/N would, logging on stdout and errors on stderr. tensorfs' own options "
+    "travel as --tensorfs=OPTIONS, as for -o (a volume's mountOptions entry \"tensorfs cache_size=4G\"). "
+    "How to deploy it: docs/EKS.md.";
 
 // A subcommand's text beyond its options.
 struct ExitStatusLine {
@@ -208,6 +219,7 @@ std::string CommandHelp(const CLI::App& app) {
     usage.emplace_back("tensorfs " + (doc ? std::string(doc->usage) : sub->get_name() + " ..."),
                        sub->get_description());
   }
+  usage.emplace_back("mount-s3 BUCKET /dev/fd/N [OPTIONS]", kMountS3Summary);
   usage.emplace_back("tensorfs COMMAND --help", "a command's own options");
   usage.emplace_back("fusermount3 -u MOUNTPOINT", "unmount");
   size_t column = 0;
@@ -322,13 +334,15 @@ constexpr std::string_view kManEnvironment =
 
 constexpr std::string_view kManFiles =
     ".TP\n.B /sbin/mount.tensorfs\nThe mount(8) helper: a link to tensorfs.\n"
+    ".TP\n.B /usr/lib/tensorfs/bin/mount\\-s3\nA link to tensorfs, which takes mount\\-s3's command line by this "
+    "name: the MOUNTPOINT_BIN_DIR of Mountpoint's CSI driver.\n"
     ".TP\n.B /lib/systemd/system/tensorfs@.service\n"
     "One mount per instance; the instance is the mount point escaped with systemd\\-escape \\-\\-path.\n"
     ".TP\n.B /etc/tensorfs/INSTANCE.conf\n"
     "The unit's configuration: TENSORFS_SOURCE and TENSORFS_OPTIONS.\n"
     ".TP\n.B /usr/share/doc/tensorfs/\n"
     "README.md, and every option, behaviour and message in detail: CONFIGURATION.md, SEMANTICS.md, "
-    "VIEWS.md, TROUBLESHOOTING.md, PERFORMANCE.md, KUBERNETES.md.\n";
+    "VIEWS.md, TROUBLESHOOTING.md, PERFORMANCE.md, KUBERNETES.md, EKS.md.\n";
 
 constexpr std::string_view kManExamples =
     ".PP\nMount a bucket, load from it, unmount:\n"
@@ -419,6 +433,26 @@ std::unique_ptr<CLI::App> MakeCommandLine(CommandLine& line) {
   return app;
 }
 
+std::string RenderMountS3Help() {
+  std::string out = "mount-s3 (tensorfs): " + std::string(kSummary) +
+                    "\n\nUsage: mount-s3 [OPTIONS] <BUCKET_NAME> <DIRECTORY>\n\n" + Paragraphs(kMountS3Description);
+  constexpr size_t kColumn = 44;
+  for (auto [kind, heading] : {std::pair<std::string_view, std::string_view>{"mapped", "Options and what they become"},
+                               {"unused", "Accepted without effect (one log line each)"},
+                               {"refused", "Refused (the mount fails, saying why)"}}) {
+    out += "\n" + std::string(heading) + ":\n";
+    for (const MountS3OptionDoc& doc : MountS3Options()) {
+      if (doc.kind == kind) out += Item(doc.names, doc.meaning, kColumn);
+    }
+  }
+  out += "\nAny other option is refused as mount-s3 refuses it. Every tensorfs option: tensorfs --help.\n";
+  out += "\nExit status:\n";
+  for (const ExitStatusDoc& doc : kExitStatusDocs) {
+    out += Item(std::to_string(static_cast<int>(doc.status)), doc.meaning, 6);
+  }
+  return out;
+}
+
 std::string RenderHelp(const CLI::App& app) {
   return app.get_parent() == nullptr ? CommandHelp(app) : SubcommandHelp(app);
 }
@@ -435,6 +469,7 @@ std::string RenderManPage(const CLI::App& app, std::string_view version) {
     if (doc) out += Roff(std::string_view(doc->usage).substr(sub->get_name().size() + 1)) + "\n";
   }
   out += ".br\n.B mount \\-t tensorfs\n.I SOURCE MOUNTPOINT\n.RB [ \\-o\n.IR OPTIONS ]\n";
+  out += ".br\n.B mount\\-s3\n.I BUCKET\n.B /dev/fd/\\fIN\\fR\n.RI [ OPTIONS ]\n";
   out += ".SH DESCRIPTION\n" + RoffParagraphs(kMountDescription);
   out += ".PP\n" + std::string(kManMountHelper) + "\n";
   out += ".PP\nUnmount with fusermount3 \\-u MOUNTPOINT (or umount as root), or stop a foreground tensorfs "
@@ -457,6 +492,12 @@ std::string RenderManPage(const CLI::App& app, std::string_view version) {
       out.back() = '.';
       out += "\n";
     }
+  }
+  out += ".SS \"mount\\-s3 BUCKET /dev/fd/N [OPTIONS]\"\n" + RoffParagraphs(kMountS3Description);
+  for (const MountS3OptionDoc& doc : MountS3Options()) {
+    out += ".TP\n\\fB" + Roff(doc.names) + "\\fR\n" +
+           (doc.kind == "mapped" ? "" : std::string(doc.kind == "unused" ? "Accepted, no effect: " : "Refused: ")) +
+           Roff(doc.meaning) + "\n";
   }
   out += ".SH EXIT STATUS\n";
   for (const ExitStatusDoc& doc : kExitStatusDocs) {

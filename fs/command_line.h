@@ -66,6 +66,11 @@ std::string RenderHelp(const CLI::App& app);
 // MakeCommandLine, for tensorfs `version`.
 std::string RenderManPage(const CLI::App& app, std::string_view version);
 
+// `mount-s3 --help` (tensorfs run as mount-s3, fs/mount_s3.h): the usage and
+// what becomes of each of mount-s3's options (MountS3Options()). Every line
+// fits in kHelpWidth columns.
+std::string RenderMountS3Help();
+
 }  // namespace tensorfs
 
 #endif  // TENSORFS_FS_COMMAND_LINE_H_

@@ -432,6 +432,9 @@ StatusOr<std::unique_ptr<FuseServer>> FuseServer::Mount(Namespace& ns, const Mou
   std::string fuse_opts = "ro,default_permissions,fsname=" + options.source +
                           ",subtype=tensorfs,max_read=" + std::to_string(kMaxRead);
   if (options.allow_other && !server->adopted_fd()) fuse_opts += ",allow_other";
+  // libfuse admits only root and this process's user (and asks the kernel for
+  // allow_other, which a parent of /dev/fd/N puts in its own mount data).
+  if (options.allow_root) fuse_opts += ",allow_root";
   std::vector<std::string> args_storage = {"tensorfs", "-o", fuse_opts};
   if (options.fuse_debug) args_storage.push_back("-d");
   std::vector<char*> argv;

@@ -5,9 +5,11 @@
 //   tensorfs stats MOUNTPOINT [--json]
 //   tensorfs handoff SOCKET_DIR
 //   tensorfs gke-sidecar [--tmp-dir DIR]
+//   mount-s3 BUCKET /dev/fd/N [--foreground] [OPTIONS]   (argv[0] mount-s3: fs/mount_s3.h)
 //
 // The command line itself is defined in fs/command_line.h.
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -30,6 +32,7 @@
 #include "fs/gke_sidecar.h"
 #include "fs/handoff.h"
 #include "fs/mount_params.h"
+#include "fs/mount_s3.h"
 #include "fs/startup.h"
 #include "fs/stats.h"
 #include "fs/version.h"
@@ -43,10 +46,12 @@ int Fail(const Status& status) {
 }
 
 // An invalid command line or option of a mount: a permanent error.
-int FailUsage(const MountOptions& options, const Status& status) {
+// `help` is the command whose --help lists the options.
+int FailUsage(const MountOptions& options, const Status& status, std::string_view help = "tensorfs") {
   const bool names_help = status.message().find("--help") != std::string::npos;
   return FailStartup(options, ExitStatus::kUsage,
-                     names_help ? status : Status(status.code(), status.message() + " (see tensorfs --help)"));
+                     names_help ? status
+                                : Status(status.code(), status.message() + " (see " + std::string(help) + " --help)"));
 }
 
 int RunInspect(const MountOptions& options, bool json, const std::string& layer_regex) {
@@ -69,8 +74,13 @@ int RunStats(const std::string& mountpoint, bool json) {
   return 0;
 }
 
-// What `tensorfs SOURCE DIR` and mount.tensorfs share once options are parsed.
-int ValidateAndMount(MountOptions options) {
+// Who started the mount: a person or fstab (logs on stderr), or Mountpoint's
+// CSI driver as mount-s3 (logs on stdout, errors on stderr: it keeps stderr
+// for the user to see when the mount fails).
+enum class Caller { kTensorfs, kMountS3 };
+
+// What `tensorfs SOURCE DIR`, mount.tensorfs and mount-s3 share once options are parsed.
+int ValidateAndMount(MountOptions options, Caller caller = Caller::kTensorfs) {
   // The background process changes to /: relative paths would break there.
   auto make_absolute = [](std::string& path) {
     std::error_code ec;
@@ -80,8 +90,10 @@ int ValidateAndMount(MountOptions options) {
   };
   if (!options.source.empty() && !IsObjectStoreSource(options.source)) make_absolute(options.source);
   if (!options.mountpoint.empty()) make_absolute(options.mountpoint);
-  SetUpLogging(options.log_level);
-  if (Status s = ValidateMountOptions(options); !s.ok()) return FailUsage(options, s);
+  if (caller == Caller::kTensorfs) SetUpLogging(options.log_level);  // mount-s3 has set up its own
+  if (Status s = ValidateMountOptions(options); !s.ok()) {
+    return FailUsage(options, s, caller == Caller::kMountS3 ? "mount-s3" : "tensorfs");
+  }
   if (FuseFdOfMountPoint(options.mountpoint)) {  // the parent owns the kernel mount
     if (std::string note = KernelMountOptionsNote(options); !note.empty()) spdlog::warn("{}", note);
   }
@@ -113,8 +125,40 @@ int RunMountHelper(int argc, char** argv) {
   return ValidateAndMount(options);
 }
 
+// Mountpoint for Amazon S3's command line, as its CSI driver runs it; see fs/mount_s3.h.
+int RunMountS3(int argc, char** argv) {
+  // The process is the driver's "mount-s3" (it may run through the bundle's
+  // loader, whose name the kernel would show).
+  ::prctl(PR_SET_NAME, "mount-s3", 0, 0, 0);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // the pod's log, line by line
+  StatusOr<MountS3Command> command = TranslateMountS3(std::vector<std::string>(argv + 1, argv + argc));
+  if (!command.ok()) {
+    const std::string text = MountS3UsageError(command.status().message());
+    std::fwrite(text.data(), 1, text.size(), stderr);
+    return static_cast<int>(ExitStatus::kUsage);
+  }
+  if (command->action == MountS3Command::Action::kHelp) {
+    const std::string text = RenderMountS3Help();
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+  if (command->action == MountS3Command::Action::kVersion) {
+    std::printf("%s, as mount-s3\n", VersionLine().c_str());
+    return 0;
+  }
+  SetUpSplitLogging(command->options.log_level);
+  for (const std::string& note : command->notes) spdlog::info("{}", note);
+  if (const char* attempts = std::getenv("AWS_MAX_ATTEMPTS"); attempts != nullptr && *attempts != '\0') {
+    spdlog::info("ignoring AWS_MAX_ATTEMPTS={}: tensorfs retries a request's transient failures for "
+                 "retry_deadline ({:.0f} s) instead",
+                 attempts, command->options.retry_deadline_s);
+  }
+  return ValidateAndMount(std::move(command->options), Caller::kMountS3);
+}
+
 int Main(int argc, char** argv) {
   if (argc > 0 && IsMountHelperInvocation(argv[0])) return RunMountHelper(argc, argv);
+  if (argc > 0 && IsMountS3Invocation(argv[0])) return RunMountS3(argc, argv);
   CommandLine line;
   std::unique_ptr<CLI::App> app = MakeCommandLine(line);
   try {

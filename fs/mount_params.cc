@@ -19,7 +19,7 @@ MountParams MountParamsFor(const MountOptions& options, uid_t uid, gid_t gid) {
   p.flag_names = "MS_NOSUID|MS_NODEV|MS_RDONLY";
   p.data = "rootmode=40000,user_id=" + std::to_string(uid) + ",group_id=" + std::to_string(gid) +
            ",default_permissions,max_read=" + std::to_string(FuseServer::kMaxRead);
-  if (options.allow_other) p.data += ",allow_other";
+  if (options.allow_other || options.allow_root) p.data += ",allow_other";  // allow_root: libfuse refuses the others
   // The readahead the mount's files start with (readahead_policy.h); serving a
   // descriptor, tensorfs cannot change it later, so it stays.
   const uint64_t wanted = ReadaheadPolicy(ReadaheadPolicy::ForMount(options.given.contains("read_ahead"),

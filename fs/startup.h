@@ -11,6 +11,9 @@
 //  - a parent that has opened /dev/fuse, mounted it and hands the descriptor
 //    over as /dev/fd/N (a container's privileged helper): tensorfs mounts
 //    nothing, needs no privilege, and leaves the kernel settings to the parent.
+//    `tensorfs handoff`, `tensorfs gke-sidecar` and tensorfs run as mount-s3
+//    by Mountpoint's CSI driver (fs/mount_s3.h, its command line translated
+//    into MountOptions first) all end up here.
 //
 // The order, the same for all three:
 //  1. options are validated without touching the mount point or the network;

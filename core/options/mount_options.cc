@@ -128,6 +128,13 @@ const std::array kOptions = {
                  o.ca_file = std::string(v);
                  return OkStatus();
                }},
+    OptionSpec{.name = "user_agent_prefix", .value_name = "TEXT", .group = OptionGroup::kSource,
+               .help = "put TEXT before tensorfs/VERSION in the User-Agent of every request",
+               .apply = [](MountOptions& o, std::string_view v) {
+                 if (v.empty()) return InvalidArgumentError("needs the text to put before tensorfs/VERSION");
+                 o.user_agent_prefix = std::string(v);
+                 return OkStatus();
+               }},
     OptionSpec{.name = "retry_deadline", .value_name = "SECONDS", .group = OptionGroup::kSource,
                .help = "retry a read's transient errors this long, then EIO",
                .default_value = "120",
@@ -264,6 +271,9 @@ const std::array kOptions = {
     OptionSpec{.name = "allow_other", .group = OptionGroup::kKernel,
                .help = "let users other than the one mounting read the files",
                .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.allow_other, v); }},
+    OptionSpec{.name = "allow_root", .group = OptionGroup::kKernel,
+               .help = "let only root and the user tensorfs runs as read the files",
+               .apply = [](MountOptions& o, std::string_view v) { return SetFlag(o.allow_root, v); }},
     OptionSpec{.name = "ro", .group = OptionGroup::kKernel,
                .help = "read-only: always so; accepted for fstab lines",
                .apply = [](MountOptions&, std::string_view v) {
@@ -580,6 +590,10 @@ Status ValidateMountOptions(MountOptions& options) {
   }
   if (options.anonymous && !options.key_file.empty()) {
     return InvalidArgumentError("give either anonymous or key_file, not both");
+  }
+  if (options.allow_other && options.allow_root) {
+    return InvalidArgumentError("give either allow_other (every user) or allow_root (root and the user tensorfs "
+                                "runs as), not both");
   }
   if (options.given.contains("prometheus_address") && options.prometheus_port == 0) {
     return InvalidArgumentError("prometheus_address needs prometheus_port: add -o prometheus_port=PORT");

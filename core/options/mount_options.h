@@ -33,6 +33,9 @@ struct MountOptions {
   bool foreground = false;   // -f: stay in the foreground
   bool fuse_debug = false;   // -d: libfuse's request trace (implies foreground)
   bool allow_other = false;  // let other users see the mount
+  // Let only root and the user tensorfs runs as use the mount: the kernel lets
+  // every user in (allow_other) and libfuse refuses the others (EACCES).
+  bool allow_root = false;
   int max_threads = 16;      // FUSE worker threads
   // FUSE INIT's max_background and congestion_threshold; 0: derived (see
   // FuseQueueLimits).
@@ -78,6 +81,7 @@ struct MountOptions {
   double retry_deadline_s = 120;  // how long a request keeps retrying transient failures
   double stall_timeout_s = 30;    // a response delivering no bytes this long is abandoned and retried
   std::string ca_file;            // PEM CA bundle that https endpoints are verified against ("" = system CAs)
+  std::string user_agent_prefix;  // put before "tensorfs/VERSION" in every request's User-Agent
 
   // gs:// sources only.
   std::string key_file;          // service-account or authorized_user JSON key

@@ -15,6 +15,7 @@ void SetHttpClientOptions(const MountOptions& options, HttpClientOptions& http) 
   http.ca_file = options.ca_file;
   http.retry_deadline = std::chrono::seconds(static_cast<int64_t>(options.retry_deadline_s));
   http.stall_timeout = std::chrono::seconds(static_cast<int64_t>(options.stall_timeout_s));
+  http.user_agent_prefix = options.user_agent_prefix;
 }
 
 StatusOr<std::unique_ptr<ObjectStore>> OpenGcs(const MountOptions& options, Metrics* metrics) {
@@ -38,6 +39,7 @@ StatusOr<std::unique_ptr<ObjectStore>> OpenS3(const MountOptions& options, Metri
   s3.no_sign_request = options.no_sign_request;
   s3.requester_pays = options.requester_pays;
   s3.expected_bucket_owner = options.expected_bucket_owner;
+  s3.defer_instance_metadata = FuseFdOfMountPoint(options.mountpoint).has_value();
   SetHttpClientOptions(options, s3);
   S3Store::Dependencies deps;
   deps.metrics = metrics;

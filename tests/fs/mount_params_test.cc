@@ -31,6 +31,10 @@ TEST(MountParamsTest, AllowOtherAndReadAheadFollowTheOptions) {
   EXPECT_EQ(p.read_ahead_kb, 16384u);
 }
 
+TEST(MountParamsTest, AllowRootNeedsTheKernelsAllowOther) {
+  EXPECT_THAT(MountParamsFor(Parsed("allow_root"), 0, 0).data, ::testing::EndsWith(",allow_other"));
+}
+
 TEST(MountParamsTest, ShardAsksForTheSliceReadahead) {
   EXPECT_EQ(MountParamsFor(Parsed("shard=1/4"), 0, 0).read_ahead_kb, 32u);
 }

@@ -37,7 +37,8 @@ reloaded_since() { [ "$(reloads)" -gt "$1" ]; }
 
 echo "== contents and dependencies of $(basename "$deb")"
 dpkg-deb -c "$deb" >"$work/contents"
-for want in ./usr/bin/tensorfs "./sbin/mount.tensorfs -> /usr/bin/tensorfs" ./lib/systemd/system/tensorfs@.service \
+for want in ./usr/bin/tensorfs "./sbin/mount.tensorfs -> /usr/bin/tensorfs" \
+  "./usr/lib/tensorfs/bin/mount-s3 -> /usr/bin/tensorfs" ./lib/systemd/system/tensorfs@.service \
   ./usr/share/doc/tensorfs/README.md ./usr/share/doc/tensorfs/copyright \
   ./usr/share/doc/tensorfs/examples/tensorfs.conf.example ./etc/tensorfs/ \
   ./usr/share/doc/tensorfs/CONFIGURATION.md ./usr/share/doc/tensorfs/TROUBLESHOOTING.md \
@@ -84,6 +85,7 @@ while read -r path; do
 done <"$work/files"
 [ "$(readlink /sbin/mount.tensorfs)" = /usr/bin/tensorfs ] || fail "/sbin/mount.tensorfs does not point at /usr/bin/tensorfs"
 /usr/bin/tensorfs --help >/dev/null || fail "/usr/bin/tensorfs --help"
+/usr/lib/tensorfs/bin/mount-s3 --help | grep -q "^Usage: mount-s3 " || fail "/usr/lib/tensorfs/bin/mount-s3 --help"
 systemctl cat tensorfs@mnt-x.service >/dev/null || fail "systemd does not know tensorfs@.service"
 
 echo "== man tensorfs"

@@ -33,21 +33,9 @@ SRC = os.path.realpath(os.path.join(HERE, "..", ".."))
 SUPPORT = os.path.join(SRC, "tests", "support")
 sys.path.insert(0, SUPPORT)
 from gke_node_plugin import GkeNodePlugin, grpc_code  # noqa: E402
-from container import HANG_GUARD_S, Output, start_gcs_server, wait_serving  # noqa: E402
+from container import HANG_GUARD_S, Output, fail, run_or_fail as run, start_gcs_server, wait_serving  # noqa: E402
 
 MAX_IMAGE_MIB = 120
-
-
-def fail(message):
-    print("FAIL: " + message, file=sys.stderr)
-    sys.exit(1)
-
-
-def run(argv, what, **kwargs):
-    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    if r.returncode != 0:
-        fail("%s: exit %d\n%s%s" % (what, r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
-    return r.stdout
 
 
 def make_checkpoint(directory):

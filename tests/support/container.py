@@ -36,6 +36,20 @@ def sandboxed(argv, hide=(), read_only_root=False, writable=()):
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + UNPRIVILEGED + argv
 
 
+def fail(message):
+    """Ends a test script that is no unittest module (the image tests): FAIL line, exit 1."""
+    print("FAIL: " + message, file=sys.stderr)
+    sys.exit(1)
+
+
+def run_or_fail(argv, what, **kwargs):
+    """argv's stdout, or fail() with the end of its output."""
+    r = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    if r.returncode != 0:
+        fail("%s: exit %d\n%s%s" % (what, r.returncode, r.stdout[-3000:], r.stderr[-3000:]))
+    return r.stdout
+
+
 def sha256_of(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -92,12 +106,12 @@ class Output:
         return self.text
 
 
-def start_gcs_server(data_dir, work_dir):
-    """The GCS test server over `data_dir` (each subdirectory a bucket); returns
-    (process, endpoint URL)."""
+def start_gcs_server(data_dir, work_dir, extra_args=()):
+    """The GCS test server over `data_dir` (each subdirectory a bucket), with
+    `extra_args` (its S3 dialect's flags, say); returns (process, endpoint URL)."""
     port_file = os.path.join(work_dir, "gcs_port")
     server = subprocess.Popen([sys.executable, os.path.join(HERE, "gcs_test_server.py"), "--data", data_dir,
-                               "--port", "0", "--port-file", port_file, "--quiet"])
+                               "--port", "0", "--port-file", port_file, "--quiet", *extra_args])
     try:
         wait_until(lambda: os.path.exists(port_file), "the GCS test server to listen", server)
     except AssertionError:

@@ -43,7 +43,9 @@ std::string Output(const std::string& command) {
 
 }  // namespace
 
-bool IsTensorfsComm(const std::string& comm) { return comm == "tensorfs" || comm == "mount.tensorfs"; }
+bool IsTensorfsComm(const std::string& comm) {
+  return comm == "tensorfs" || comm == "mount.tensorfs" || comm == "mount-s3";  // mount-s3: fs/mount_s3.h
+}
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));

@@ -29,7 +29,7 @@ namespace tensorfs::testing {
 inline constexpr int kHangSeconds = 60;
 
 // Whether a process named `comm` (/proc/PID/comm) is a tensorfs: the binary,
-// or the binary run as mount(8)'s helper.
+// or the binary run as mount(8)'s helper or as Mountpoint's mount-s3.
 bool IsTensorfsComm(const std::string& comm);
 
 // "exit 0", "signal 9 (Killed)": a waitpid() status in words.

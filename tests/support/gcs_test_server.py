@@ -189,6 +189,10 @@ CONTROL API (not GCS; never shaped, faulted or counted)
     status_codes        {"200": N, "206": N, ...} over storage, token and metadata
                         responses
     faults_applied      how many requests a fault rule was applied to
+    s3_signers          signed S3 storage requests that verified, by access key ID: {"AKIA...": N}
+    s3_user_agents      S3 storage requests by User-Agent header
+    sts_web_identity_tokens  STS AssumeRoleWithWebIdentity requests by the token they carried
+    sts_issued          {access key ID: the web identity token it was issued for}
     requests_in_progress  requests other than the control API's being answered now,
                         whose counters may still change (not zeroed by a reset)
 
@@ -692,12 +696,25 @@ class Stats:
         with self._lock:
             self._in_progress -= 1
 
+    # Counts by key (see the module docstring's Stats).
+    TALLIES = ("s3_signers", "s3_user_agents", "sts_web_identity_tokens")
+
     def reset(self):
         with self._lock:
             self._counters = dict.fromkeys(self.COUNTERS, 0)
             self._ranges = collections.deque(maxlen=RANGES_KEPT)
             self._auth = {"Bearer": 0, "none": 0}
             self._codes: dict[str, int] = {}
+            self._tallies: dict[str, dict[str, int]] = {name: {} for name in self.TALLIES}
+            self._sts_issued: dict[str, str] = {}
+
+    def tally(self, name: str, key: str):
+        with self._lock:
+            self._tallies[name][key] = self._tallies[name].get(key, 0) + 1
+
+    def sts_issued(self, access_key_id: str, web_identity_token: str):
+        with self._lock:
+            self._sts_issued[access_key_id] = web_identity_token
 
     def add(self, counter: str, n: int = 1):
         with self._lock:
@@ -722,6 +739,9 @@ class Stats:
             out["auth_headers"] = dict(self._auth)
             out["status_codes"] = dict(self._codes)
             out["requests_in_progress"] = self._in_progress
+            for name, counts in self._tallies.items():
+                out[name] = dict(counts)
+            out["sts_issued"] = dict(self._sts_issued)
             return out
 
 

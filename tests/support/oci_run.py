@@ -4,7 +4,7 @@ and config.json) as a Kubernetes container runtime runs a pod's container with
 a restricted security context, without a container engine:
 
     oci_run.py BUNDLE [--bind HOST_DIR:CONTAINER_DIR]... [--hide HOST_PATH]...
-               [--env NAME=VALUE]... [-- EXTRA_ARGS...]
+               [--env NAME=VALUE]... [--env-only] [-- EXTRA_ARGS...]
 
 In a new mount namespace: the rootfs read-only; /proc; a /dev tmpfs with
 null, zero, full, random, urandom and /dev/fd, and no fuse node; each --bind
@@ -13,7 +13,8 @@ detached (the mounts a node plugin made on the host, which a container does
 not see). Then chroot, every capability dropped (bounding set included),
 no_new_privs, the config's user and groups, its cwd, and exec of its
 process.args plus EXTRA_ARGS (the pod's args after the image's entrypoint),
-with its env plus each --env. The network is the host's. Needs root; Python
+with its env plus each --env (--env-only: each --env alone, as a runner that
+sets the whole environment does). The network is the host's. Needs root; Python
 standard library only.
 """
 import ctypes
@@ -60,6 +61,8 @@ def main(argv):
         extra = argv[argv.index("--") + 1:]
         argv = argv[:argv.index("--")]
     bundle, binds, hides, env_extra = argv[0], [], [], []
+    env_only = "--env-only" in argv
+    argv = [a for a in argv if a != "--env-only"]
     i = 1
     while i < len(argv):
         flag, value = argv[i], argv[i + 1]
@@ -91,6 +94,7 @@ def main(argv):
         mount("/dev/" + name, os.path.join(dev, name), None, MS_BIND)
     os.symlink("/proc/self/fd", os.path.join(dev, "fd"))
     for host, inside in binds:
+        os.makedirs(rootfs + inside, exist_ok=True)  # as a runtime makes a volume's mount point
         mount(host, rootfs + inside, None, MS_BIND)
     mount(None, rootfs, None, MS_REMOUNT | MS_BIND | MS_RDONLY)  # the read-only root filesystem
 
@@ -104,7 +108,7 @@ def main(argv):
     os.setgroups(user.get("additionalGids", []))
     os.setresgid(user.get("gid", 0), user.get("gid", 0), user.get("gid", 0))
     os.setresuid(user.get("uid", 0), user.get("uid", 0), user.get("uid", 0))  # drops what capabilities are left
-    env = dict(e.split("=", 1) for e in process.get("env", []) + env_extra)
+    env = dict(e.split("=", 1) for e in ([] if env_only else process.get("env", [])) + env_extra)
     args = process["args"] + extra
     os.execvpe(args[0], args, env)
 

@@ -52,9 +52,11 @@ CREDENTIAL ENDPOINTS (for the AWS credential chain's tests)
 
   POST /                   STS AssumeRoleWithWebIdentity (form body: Action, Version,
                            RoleArn, RoleSessionName, WebIdentityToken). The token must be
-                           --sts-web-identity-token and the role --sts-role-arn (400
+                           one of --sts-web-identity-token (repeatable; or those set with
+                           /_control/s3/config) and the role --sts-role-arn (400
                            InvalidIdentityToken, 403 AccessDenied otherwise). Clients find
-                           it through AWS_ENDPOINT_URL_STS=http://127.0.0.1:PORT.
+                           it through AWS_ENDPOINT_URL_STS (or AWS_ENDPOINT_URL)
+                           =http://127.0.0.1:PORT.
   PUT  /latest/api/token   IMDSv2 session token (X-aws-ec2-metadata-token-ttl-seconds
                            1-21600 required).
   GET  /latest/meta-data/iam/security-credentials/       the role's name (--imds-role)
@@ -70,6 +72,9 @@ CONTROL (besides the GCS server's)
   POST /_control/s3/sessions          {"lifetime": S}: issues temporary credentials
                                       {"access_key_id", "secret_access_key", "session_token"}
   POST /_control/s3/expire_sessions   every issued temporary credential expires now
+  POST /_control/s3/config            changes, of the settings the flags give, any of
+                                      {"web_identity_tokens": [T, ...] (those STS accepts from
+                                      now on), "container_token": T or null, "session_lifetime": S}
 """
 
 from __future__ import annotations
@@ -187,7 +192,8 @@ class S3Dialect:
         self.virtual_hosts = [h.lower() for h in (args.s3_virtual_host or ["localhost"])]
         self.sessions = Sessions(args.s3_session_lifetime)
         self.require_auth = args.require_auth
-        self.web_identity_token = args.sts_web_identity_token
+        self._config_lock = threading.Lock()
+        self._web_identity_tokens = set(args.sts_web_identity_token or [])
         self.role_arn = args.sts_role_arn
         self.imds_role = args.imds_role
         self.container_token = args.container_token
@@ -316,6 +322,7 @@ class S3Dialect:
                           "Check your key and signing method.",
                           {"AWSAccessKeyId": key_id, "StringToSign": string_to_sign,
                            "CanonicalRequest": canonical})
+        handler.server.stats.tally("s3_signers", key_id)
 
     @staticmethod
     def canonical_request(method: str, target: str, headers, signed_headers: list, payload: str) -> str:
@@ -361,6 +368,7 @@ class S3Dialect:
                     raise S3Error(404, "NoSuchBucket", "The specified bucket does not exist",
                                   {"BucketName": bucket}) from None
                 self.verify(handler, method, bucket, body)
+                handler.server.stats.tally("s3_user_agents", handler.headers.get("User-Agent", ""))
                 if kind == "s3_list":
                     self._list(handler, bucket, params)
                 elif kind in ("s3_object", "s3_media"):
@@ -508,7 +516,11 @@ class S3Dialect:
 
         if form.get("Action") != "AssumeRoleWithWebIdentity":
             return fail(400, "InvalidAction", f"Could not find operation {form.get('Action')!r}")
-        if self.web_identity_token is None or form.get("WebIdentityToken") != self.web_identity_token:
+        token = form.get("WebIdentityToken", "")
+        handler.server.stats.tally("sts_web_identity_tokens", token)
+        with self._config_lock:
+            accepted = token in self._web_identity_tokens
+        if not accepted:
             return fail(400, "InvalidIdentityToken", "The web identity token that was passed could not be validated")
         if form.get("RoleArn") != self.role_arn:
             return fail(403, "AccessDenied", "Not authorized to perform sts:AssumeRoleWithWebIdentity")
@@ -516,6 +528,7 @@ class S3Dialect:
             return fail(400, "ValidationError", "RoleSessionName is required")
         c = self.sessions.issue()
         handler.server.stats.add("token_requests")
+        handler.server.stats.sts_issued(c["AccessKeyId"], token)
         xml_body = (
             '<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
             "<AssumeRoleWithWebIdentityResult><Credentials>"
@@ -562,7 +575,9 @@ class S3Dialect:
         handler.server.stats.add("container_credentials_requests")
         if method != "GET":
             return self._send_json(handler, 405, {"code": "MethodNotAllowed", "message": "GET only"})
-        if self.container_token is not None and handler.headers.get("Authorization") != self.container_token:
+        with self._config_lock:
+            want = self.container_token
+        if want is not None and handler.headers.get("Authorization") != want:
             return self._send_json(handler, 403, {"code": "AccessDeniedException",
                                                   "message": "the Authorization header is missing or wrong"})
         c = self.sessions.issue()
@@ -580,6 +595,27 @@ class S3Dialect:
             c = self.sessions.issue(lifetime)
             handler._send_json(200, {"access_key_id": c["AccessKeyId"], "secret_access_key": c["SecretAccessKey"],
                                      "session_token": c["Token"], "expiration": c["Expiration"]})
+            return True
+        if path == "/_control/s3/config" and method == "POST":
+            if not isinstance(payload, dict):
+                raise ValueError("body must be a JSON object")
+            unknown = set(payload) - {"web_identity_tokens", "container_token", "session_lifetime"}
+            if unknown:
+                raise ValueError(f"unknown settings {sorted(unknown)}")
+            tokens = payload.get("web_identity_tokens")
+            if tokens is not None and (not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens)):
+                raise ValueError("web_identity_tokens must be a list of strings")
+            lifetime = payload.get("session_lifetime")
+            if lifetime is not None and (isinstance(lifetime, bool) or not isinstance(lifetime, (int, float))):
+                raise ValueError("session_lifetime must be a number of seconds")
+            with self._config_lock:
+                if tokens is not None:
+                    self._web_identity_tokens = set(tokens)
+                if "container_token" in payload:
+                    self.container_token = payload["container_token"]
+                if lifetime is not None:
+                    self.sessions.lifetime = lifetime
+            handler._send_json(200, {"ok": True})
             return True
         if path == "/_control/s3/expire_sessions" and method == "POST":
             self.sessions.expire_all()
@@ -599,7 +635,8 @@ def add_arguments(p):
                    help="host names BUCKET.SUFFIX are virtual-hosted requests (default: localhost)")
     p.add_argument("--s3-session-lifetime", type=int, default=3600,
                    help="seconds issued temporary credentials are valid (default 3600)")
-    p.add_argument("--sts-web-identity-token", help="the web identity token STS accepts")
+    p.add_argument("--sts-web-identity-token", action="append",
+                   help="a web identity token STS accepts (repeatable)")
     p.add_argument("--sts-role-arn", default="arn:aws:iam::123456789012:role/tensorfs-test",
                    help="the role STS lets that token assume")
     p.add_argument("--imds-role", default="tensorfs-test-role", help="the instance role instance metadata names")

@@ -367,6 +367,33 @@ class CredentialEndpointTest(S3Test):
         self.assertIn(b"InvalidIdentityToken", body)
         self.assertEqual(self.s.json("GET", "/_control/stats")["sts_requests"], 2)
 
+    def test_sts_tokens_and_container_token_can_be_changed(self):
+        def assume(token):
+            form = urllib.parse.urlencode({"Action": "AssumeRoleWithWebIdentity", "Version": "2011-06-15",
+                                           "RoleArn": ROLE_ARN, "RoleSessionName": "s",
+                                           "WebIdentityToken": token}).encode()
+            return self.s.request("POST", "/", form, {"Content-Type": "application/x-www-form-urlencoded"})
+        try:
+            self.s.control("POST", "/_control/s3/config", {"web_identity_tokens": ["rotated"],
+                                                           "container_token": "container-token-2"})
+            self.assertEqual(assume(WEB_IDENTITY_TOKEN)[0], 400, "the old token is refused")
+            status, _, body = assume("rotated")
+            self.assertEqual(status, 200, body)
+            ns = "{https://sts.amazonaws.com/doc/2011-06-15/}"
+            key = ET.fromstring(body).findtext(f"{ns}AssumeRoleWithWebIdentityResult/{ns}Credentials/{ns}AccessKeyId")
+            stats = self.s.json("GET", "/_control/stats")
+            self.assertEqual(stats["sts_web_identity_tokens"], {WEB_IDENTITY_TOKEN: 1, "rotated": 1})
+            self.assertEqual(stats["sts_issued"], {key: "rotated"})
+            status, _, _ = self.s.request("GET", "/_aws/container-credentials",
+                                          headers={"Authorization": CONTAINER_TOKEN})
+            self.assertEqual(status, 403)
+            status, _, _ = self.s.request("GET", "/_aws/container-credentials",
+                                          headers={"Authorization": "container-token-2"})
+            self.assertEqual(status, 200)
+        finally:
+            self.s.control("POST", "/_control/s3/config", {"web_identity_tokens": [WEB_IDENTITY_TOKEN],
+                                                           "container_token": CONTAINER_TOKEN})
+
     def test_instance_metadata_v2(self):
         status, _, _ = self.s.request("GET", "/latest/meta-data/iam/security-credentials/")
         self.assertEqual(status, 401)
@@ -421,6 +448,8 @@ class FaultsAndCountersTest(S3Test):
                           stats["media_requests"], stats["bytes_served"]), (3, 3, 1, 1, 1, 100))
         self.assertEqual(stats["auth_headers"], {"Bearer": 0, "none": 0, "AWS4-HMAC-SHA256": 3})
         self.assertEqual(stats["ranges"], [[0, 100, "blob.bin"]])
+        self.assertEqual(stats["s3_signers"], {KEY_ID: 3})
+        self.assertEqual(sum(stats["s3_user_agents"].values()), 3)
 
 
 if __name__ == "__main__":

@@ -90,12 +90,7 @@ StatusOr<std::unique_ptr<GcsStore>> GcsStore::Create(const GcsOptions& options, 
   if (deps.clock == nullptr) deps.clock = &SystemClock();
   if (!deps.jitter) deps.jitter = DefaultJitter();
   if (deps.http == nullptr) {
-    CurlHttpOptions http_options;
-    http_options.max_connections = options.max_connections;
-    http_options.connect_timeout = options.connect_timeout;
-    http_options.stall_timeout = options.stall_timeout;
-    http_options.ca_file = options.ca_file;
-    ASSIGN_OR_RETURN(deps.http, MakeCurlHttpClient(http_options));
+    ASSIGN_OR_RETURN(deps.http, MakeCurlHttpClient(CurlOptionsFor(options)));
   }
   if (deps.credentials == nullptr) {
     const bool emulator = options.endpoint.empty() && options.key_file.empty() &&

@@ -480,7 +480,9 @@ void GlobalInitOnce() {
 class CurlHttpClient : public HttpClient {
  public:
   explicit CurlHttpClient(const CurlHttpOptions& options)
-      : options_(options), clock_(options.clock != nullptr ? *options.clock : SystemClock()) {}
+      : options_(options),
+        ca_file_(options.ca_file.empty() ? SystemCaFile() : options.ca_file),
+        clock_(options.clock != nullptr ? *options.clock : SystemClock()) {}
 
   ~CurlHttpClient() override {
     MutexLock lock(mu_);
@@ -589,7 +591,7 @@ class CurlHttpClient : public HttpClient {
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
     curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
-    if (!options_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, options_.ca_file.c_str());
+    if (!ca_file_.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, ca_file_.c_str());
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 60L);
     curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 20L);
@@ -768,6 +770,8 @@ class CurlHttpClient : public HttpClient {
   }
 
   const CurlHttpOptions options_;
+  // What https is verified against: options_.ca_file, else SystemCaFile().
+  const std::string ca_file_;
   Clock& clock_;
   CURLSH* share_ = nullptr;
   std::array<std::mutex, CURL_LOCK_DATA_LAST> share_locks_;
@@ -813,6 +817,16 @@ std::string HttpResponse::Summary() const {
     return s;
   }
   return "HTTP " + std::to_string(status);
+}
+
+CurlHttpOptions CurlOptionsFor(const HttpClientOptions& options) {
+  CurlHttpOptions curl;
+  curl.max_connections = options.max_connections;
+  curl.connect_timeout = options.connect_timeout;
+  curl.stall_timeout = options.stall_timeout;
+  curl.ca_file = options.ca_file;
+  curl.user_agent = UserAgentFor(options);
+  return curl;
 }
 
 StatusOr<std::unique_ptr<HttpClient>> MakeCurlHttpClient(const CurlHttpOptions& options) {

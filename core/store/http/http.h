@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/store/http/client_options.h"
 #include "core/store/http/http_parser.h"
 #include "core/util/clock.h"
 #include "core/util/status.h"
@@ -113,15 +114,19 @@ struct CurlHttpOptions {
   // A transfer that receives no byte for this long is dropped (kStalled); the
   // check runs to the millisecond, not at libcurl's one-second ticks.
   std::chrono::seconds stall_timeout{30};
-  std::string user_agent = "tensorfs/0.1";
-  // PEM CA bundle for verifying https peers (CURLOPT_CAINFO); "" = libcurl's
-  // default (the system's CA certificates). A peer it does not vouch for fails
+  std::string user_agent = UserAgentFor(HttpClientOptions{});
+  // PEM CA bundle for verifying https peers (CURLOPT_CAINFO); "" = the
+  // system's (SystemCaFile(), else libcurl's default). A peer it does not vouch for fails
   // with kTls and a message naming the endpoint and this file.
   std::string ca_file;
   // What the stall and total timeouts of direct body reads are measured on;
   // null: SystemClock(). Must outlive the client.
   Clock* clock = nullptr;
 };
+
+// The client settings of a store's HttpClientOptions: connections, timeouts,
+// CA file and User-Agent.
+CurlHttpOptions CurlOptionsFor(const HttpClientOptions& options);
 
 // The libcurl client. Fails only if libcurl cannot be initialised.
 StatusOr<std::unique_ptr<HttpClient>> MakeCurlHttpClient(const CurlHttpOptions& options);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -312,11 +313,26 @@ StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-// Where the STS endpoint is: $AWS_ENDPOINT_URL_STS, else regional AWS.
+// The regions whose STS answers at the global endpoint when
+// AWS_STS_REGIONAL_ENDPOINTS=legacy, as the SDKs list them.
+constexpr std::string_view kLegacyGlobalStsRegions[] = {
+    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "aws-global", "ca-central-1",
+    "eu-central-1",   "eu-north-1", "eu-west-1",      "eu-west-2",      "eu-west-3",  "sa-east-1",
+    "us-east-1",      "us-east-2",  "us-west-1",      "us-west-2"};
+
+// Where the STS endpoint is: $AWS_ENDPOINT_URL_STS, else $AWS_ENDPOINT_URL
+// (every service's, as the SDKs take it), else AWS's: the region's, or the
+// global one without a region or for the legacy regions under
+// AWS_STS_REGIONAL_ENDPOINTS=legacy.
 std::string StsEndpoint(std::string_view region) {
   std::string url = GetEnv("AWS_ENDPOINT_URL_STS");
+  if (url.empty()) url = GetEnv("AWS_ENDPOINT_URL");
   if (url.empty()) {
-    url = region.empty() ? "https://sts.amazonaws.com" : "https://sts." + std::string(region) + ".amazonaws.com";
+    const bool legacy = Lower(GetEnv("AWS_STS_REGIONAL_ENDPOINTS")) == "legacy" &&
+                        std::find(std::begin(kLegacyGlobalStsRegions), std::end(kLegacyGlobalStsRegions), region) !=
+                            std::end(kLegacyGlobalStsRegions);
+    url = region.empty() || legacy ? "https://sts.amazonaws.com"
+                                   : "https://sts." + std::string(region) + ".amazonaws.com";
   }
   while (url.ends_with('/') && url.size() > 8) url.pop_back();
   return url;
@@ -340,6 +356,108 @@ bool IsAllowedContainerHost(std::string_view url) {
          host == "169.254.170.23" || host == "fd00:ec2::23";
 }
 
+// A file's identity and version, to tell when it was rewritten (in place or
+// by a rename over it).
+struct FileVersion {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileVersion&) const = default;
+};
+
+FileVersion VersionOf(const std::string& path) {
+  struct stat st;
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
+  return {true, st.st_dev, st.st_ino, st.st_size,
+          static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+}
+
+// A profile's keys (aws_access_key_id, ...), read again from its files when
+// they change: a Kubernetes node plugin rewrites them when the secret they
+// come from changes, and the process keeps running. Checked at most every
+// kProfileRecheckPeriod; a rewrite that cannot be read (the profile gone, a
+// key missing) keeps the keys in use, with a warning.
+class ProfileFileCredentials : public AwsCredentialsProvider {
+ public:
+  ProfileFileCredentials(std::string name, std::string origin, const AwsProfile& profile, AwsCredentials credentials,
+                         Clock& clock)
+      : name_(std::move(name)),
+        origin_(std::move(origin)),
+        credentials_file_(profile.credentials_file),
+        config_file_(profile.config_file),
+        clock_(clock),
+        credentials_(std::move(credentials)),
+        description_(DescriptionOf(profile, credentials_)),
+        versions_{VersionOf(credentials_file_), VersionOf(config_file_)},
+        next_check_(clock_.Now() + kProfileRecheckPeriod) {}
+
+  StatusOr<AwsCredentials> Get() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    if (clock_.Now() >= next_check_) Recheck();
+    return credentials_;
+  }
+
+  std::string Describe() const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return description_;
+  }
+
+  // S3 refused the keys: the files are read again at the next Get.
+  bool Invalidate() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    next_check_ = clock_.Now();
+    versions_ = {};
+    return true;
+  }
+
+ private:
+  std::string DescriptionOf(const AwsProfile& profile, const AwsCredentials& c) const {
+    return "profile " + name_ + " (" + origin_ + ") in " + profile.where + " (access key " +
+           MaskAccessKeyId(c.access_key_id) + ")";
+  }
+
+  void Recheck() REQUIRES(mu_) {
+    next_check_ = clock_.Now() + kProfileRecheckPeriod;
+    const std::array<FileVersion, 2> now{VersionOf(credentials_file_), VersionOf(config_file_)};
+    if (now == versions_) return;
+    versions_ = now;
+    const AwsProfile profile = LoadAwsProfile(name_);
+    auto get = [&](const char* key) {
+      auto it = profile.settings.find(key);
+      return it == profile.settings.end() ? std::string() : it->second;
+    };
+    AwsCredentials fresh{get("aws_access_key_id"), get("aws_secret_access_key"), get("aws_session_token")};
+    if (!profile.found || fresh.access_key_id.empty() || fresh.secret_access_key.empty()) {
+      spdlog::warn("could not read new AWS credentials from profile {} in {} ({}); using the current ones "
+                   "(access key {})",
+                   name_, credentials_file_,
+                   profile.found ? "it lacks aws_access_key_id or aws_secret_access_key" : "the profile is gone",
+                   MaskAccessKeyId(credentials_.access_key_id));
+      return;
+    }
+    if (fresh.access_key_id == credentials_.access_key_id &&
+        fresh.secret_access_key == credentials_.secret_access_key && fresh.session_token == credentials_.session_token) {
+      return;
+    }
+    credentials_ = std::move(fresh);
+    description_ = DescriptionOf(profile, credentials_);
+    spdlog::info("read new AWS credentials from {}", description_);
+  }
+
+  const std::string name_;
+  const std::string origin_;
+  const std::string credentials_file_;
+  const std::string config_file_;
+  Clock& clock_;
+  mutable Mutex mu_;
+  AwsCredentials credentials_ GUARDED_BY(mu_);
+  std::string description_ GUARDED_BY(mu_);
+  std::array<FileVersion, 2> versions_ GUARDED_BY(mu_);
+  Clock::TimePoint next_check_ GUARDED_BY(mu_);
+};
+
 // Credentials from a profile's settings; `origin` says how it was chosen.
 StatusOr<std::unique_ptr<AwsCredentialsProvider>> FromProfile(const AwsProfile& profile, std::string_view origin,
                                                                const AwsChainOptions& options, HttpClient& http,
@@ -358,8 +476,8 @@ StatusOr<std::unique_ptr<AwsCredentialsProvider>> FromProfile(const AwsProfile& 
                                                                      : "aws_access_key_id but no aws_secret_access_key") +
                                    "; add the missing line");
     }
-    return MakeStaticAwsCredentials({key_id, secret, get("aws_session_token")},
-                                    where + " (access key " + MaskAccessKeyId(key_id) + ")");
+    return std::unique_ptr<AwsCredentialsProvider>(std::make_unique<ProfileFileCredentials>(
+        profile.name, std::string(origin), profile, AwsCredentials{key_id, secret, get("aws_session_token")}, clock));
   }
   if (!get("role_arn").empty() && !get("web_identity_token_file").empty()) {
     std::string session = get("role_session_name");
@@ -381,6 +499,96 @@ StatusOr<std::unique_ptr<AwsCredentialsProvider>> FromProfile(const AwsProfile& 
   return PermissionDeniedError(where + " has no credentials: give it aws_access_key_id and "
                                        "aws_secret_access_key, or role_arn with web_identity_token_file");
 }
+
+// The error when the chain found nothing: everything it tried, and how to fix it.
+Status NoCredentialsFound(const std::vector<std::string>& tried) {
+  std::string list;
+  for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
+  return PermissionDeniedError("no AWS credentials found. Tried: " + list +
+                               ". Fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, run 'aws configure' (or "
+                               "name a profile with AWS_PROFILE or -o profile=NAME), or pass -o no_sign_request for "
+                               "a public bucket");
+}
+
+// The chain's last source: instance metadata at `endpoint`, probed now (with
+// a 1 s connect timeout; where it is `expected`, transient failures are
+// retried for kImdsProbeWindow). `tried` lists the sources before it.
+StatusOr<std::unique_ptr<AwsCredentialsProvider>> ProbeInstanceMetadata(const std::string& endpoint, bool expected,
+                                                                        std::vector<std::string> tried,
+                                                                        HttpClient& http, Clock& clock) {
+  auto probe = std::make_unique<ImdsFetcher>(endpoint, http, kImdsProbeConnectTimeout);
+  const Clock::TimePoint start = clock.Now();
+  const Clock::TimePoint give_up = start + (expected ? kImdsProbeWindow : std::chrono::seconds(0));
+  std::chrono::milliseconds backoff = kImdsProbeFirstBackoff;
+  int probes = 1;
+  StatusOr<TemporaryAwsCredentials> first = probe->Fetch();
+  while (!first.ok() && IsTransient(first.status()) && clock.Now() + backoff <= give_up) {
+    if (probes == 1) {
+      spdlog::info("EC2 instance metadata at {} does not answer yet ({}); retrying for up to {} s", endpoint,
+                   first.status().message(), kImdsProbeWindow.count());
+    }
+    clock.Sleep(backoff);
+    backoff = std::min(2 * backoff, kImdsProbeMaxBackoff);
+    ++probes;
+    first = probe->Fetch();
+  }
+  if (!first.ok()) {
+    std::string detail = first.status().message();
+    if (probes > 1) {
+      detail += "; " + std::to_string(probes) + " probes over " +
+                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(clock.Now() - start).count()) + " s";
+    }
+    tried.push_back(detail);
+    return NoCredentialsFound(tried);
+  }
+  auto creds = std::make_unique<RefreshingAwsCredentials>(std::move(probe), clock);
+  creds->Seed(*first);
+  spdlog::info("using credentials from {}, valid for {} s", creds->Describe(), first->lifetime.count());
+  return std::unique_ptr<AwsCredentialsProvider>(std::move(creds));
+}
+
+// Instance metadata probed at the first Get rather than when the chain is
+// walked, so that a mount serving /dev/fd/N answers the kernel before any
+// network call. Until one probe succeeds each Get probes (one at a time) and
+// fails as the probe does.
+class DeferredImdsCredentials : public AwsCredentialsProvider {
+ public:
+  DeferredImdsCredentials(std::string endpoint, bool expected, std::vector<std::string> tried, HttpClient& http,
+                          Clock& clock)
+      : endpoint_(std::move(endpoint)), expected_(expected), tried_(std::move(tried)), http_(http), clock_(clock) {}
+
+  StatusOr<AwsCredentials> Get() override EXCLUDES(mu_) {
+    AwsCredentialsProvider* found = nullptr;
+    {
+      MutexLock lock(mu_);
+      if (found_ == nullptr) {
+        ASSIGN_OR_RETURN(found_, ProbeInstanceMetadata(endpoint_, expected_, tried_, http_, clock_));
+      }
+      found = found_.get();
+    }
+    return found->Get();  // never reset once set
+  }
+
+  std::string Describe() const override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return found_ != nullptr ? found_->Describe()
+                             : "EC2 instance metadata at " + endpoint_ + " (asked at the first request)";
+  }
+
+  bool Invalidate() override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
+    return found_ == nullptr || found_->Invalidate();
+  }
+
+ private:
+  const std::string endpoint_;
+  const bool expected_;
+  const std::vector<std::string> tried_;
+  HttpClient& http_;
+  Clock& clock_;
+  mutable Mutex mu_;  // held across the probe: later callers wait for its outcome
+  std::unique_ptr<AwsCredentialsProvider> found_ GUARDED_BY(mu_);
+};
 
 }  // namespace
 
@@ -575,51 +783,19 @@ StatusOr<std::unique_ptr<AwsCredentialsProvider>> MakeAwsCredentials(const AwsCh
   tried.push_back("container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI and _RELATIVE_URI not set)");
 
   // 5. EC2 instance metadata.
-  const std::string fix =
-      "Fix: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, run 'aws configure' (or name a profile with "
-      "AWS_PROFILE or -o profile=NAME), or pass -o no_sign_request for a public bucket";
-  auto fail = [&] {
-    std::string list;
-    for (const std::string& t : tried) list += (list.empty() ? "" : "; ") + t;
-    return PermissionDeniedError("no AWS credentials found. Tried: " + list + ". " + fix);
-  };
   if (Lower(GetEnv("AWS_EC2_METADATA_DISABLED")) == "true") {
     tried.push_back("EC2 instance metadata (AWS_EC2_METADATA_DISABLED=true)");
-    return fail();
+    return NoCredentialsFound(tried);
   }
   std::string endpoint = GetEnv("AWS_EC2_METADATA_SERVICE_ENDPOINT");
   const bool expected = !endpoint.empty() || !GetEnv("KUBERNETES_SERVICE_HOST").empty();
   if (endpoint.empty()) endpoint = std::string(kDefaultImdsEndpoint);
   while (endpoint.ends_with('/')) endpoint.pop_back();
-  auto probe = std::make_unique<ImdsFetcher>(endpoint, http, kImdsProbeConnectTimeout);
-  const Clock::TimePoint start = clock.Now();
-  const Clock::TimePoint give_up = start + (expected ? kImdsProbeWindow : std::chrono::seconds(0));
-  std::chrono::milliseconds backoff = kImdsProbeFirstBackoff;
-  int probes = 1;
-  StatusOr<TemporaryAwsCredentials> first = probe->Fetch();
-  while (!first.ok() && IsTransient(first.status()) && clock.Now() + backoff <= give_up) {
-    if (probes == 1) {
-      spdlog::info("EC2 instance metadata at {} does not answer yet ({}); retrying for up to {} s", endpoint,
-                   first.status().message(), kImdsProbeWindow.count());
-    }
-    clock.Sleep(backoff);
-    backoff = std::min(2 * backoff, kImdsProbeMaxBackoff);
-    ++probes;
-    first = probe->Fetch();
+  if (options.defer_instance_metadata) {
+    return std::unique_ptr<AwsCredentialsProvider>(
+        std::make_unique<DeferredImdsCredentials>(endpoint, expected, std::move(tried), http, clock));
   }
-  if (!first.ok()) {
-    std::string detail = first.status().message();
-    if (probes > 1) {
-      detail += "; " + std::to_string(probes) + " probes over " +
-                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(clock.Now() - start).count()) + " s";
-    }
-    tried.push_back(detail);
-    return fail();
-  }
-  auto creds = std::make_unique<RefreshingAwsCredentials>(std::move(probe), clock);
-  creds->Seed(*first);
-  spdlog::info("using credentials from {}, valid for {} s", creds->Describe(), first->lifetime.count());
-  return std::unique_ptr<AwsCredentialsProvider>(std::move(creds));
+  return ProbeInstanceMetadata(endpoint, expected, std::move(tried), http, clock);
 }
 
 }  // namespace tensorfs

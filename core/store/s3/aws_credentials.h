@@ -11,12 +11,16 @@
 //      $AWS_CONFIG_FILE (~/.aws/config, section [profile NAME] or [default]):
 //      aws_access_key_id / aws_secret_access_key / aws_session_token, or
 //      role_arn with web_identity_token_file (as 3). A profile named by
-//      AWS_PROFILE that is in neither file is an error.
+//      AWS_PROFILE that is in neither file is an error. Keys read from the
+//      files are read again when the files change (checked at most every
+//      kProfileRecheckPeriod), as a node plugin rewrites them in place.
 //   3. Web identity (EKS IRSA): AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN
 //      (AWS_ROLE_SESSION_NAME optional), exchanged with STS
 //      AssumeRoleWithWebIdentity at $AWS_ENDPOINT_URL_STS, else
-//      https://sts.REGION.amazonaws.com (https://sts.amazonaws.com without a
-//      region). The token file is read again at each refresh (it rotates).
+//      $AWS_ENDPOINT_URL, else https://sts.REGION.amazonaws.com
+//      (https://sts.amazonaws.com without a region, or for the SDKs' legacy
+//      regions with AWS_STS_REGIONAL_ENDPOINTS=legacy). The token file is read
+//      again at each refresh (it rotates).
 //   4. Container credentials (ECS, EKS Pod Identity):
 //      AWS_CONTAINER_CREDENTIALS_FULL_URI, or http://169.254.170.2 +
 //      AWS_CONTAINER_CREDENTIALS_RELATIVE_URI, with the Authorization header
@@ -31,7 +35,9 @@
 //      expected (in a Kubernetes pod, or with the endpoint variable set) a probe
 //      that fails transiently is retried for kImdsProbeWindow, as the GCE
 //      metadata server is for gs://. Elsewhere it fails fast, and the error
-//      lists everything that was tried.
+//      lists everything that was tried. With defer_instance_metadata the probe
+//      happens at the first Get() instead (a mount of /dev/fd/N answers the
+//      kernel before any network call), and fails there the same way.
 //
 // Temporary credentials (STS, container, instance metadata) are fetched when
 // first needed, shared by every request, and fetched again when less than
@@ -65,6 +71,7 @@ namespace tensorfs {
 inline constexpr std::string_view kDefaultImdsEndpoint = "http://169.254.169.254";
 inline constexpr std::string_view kContainerCredentialsHost = "http://169.254.170.2";
 inline constexpr std::chrono::seconds kImdsProbeWindow{30};
+inline constexpr std::chrono::seconds kProfileRecheckPeriod{1};
 
 struct AwsCredentials {
   std::string access_key_id;
@@ -181,6 +188,7 @@ struct AwsChainOptions {
   std::string profile;         // -o profile; "" when not given
   bool no_sign_request = false;
   std::string region;          // for the regional STS endpoint; "" if not known yet
+  bool defer_instance_metadata = false;  // probe instance metadata at the first Get(), not now
 };
 
 // The chain above. The HttpClient (and clock) must outlive the provider.

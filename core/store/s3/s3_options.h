@@ -42,6 +42,10 @@ struct S3Options : HttpClientOptions {
   bool no_sign_request = false;  // anonymous: public buckets
   bool requester_pays = false;   // x-amz-request-payer: requester
   std::string expected_bucket_owner;  // x-amz-expected-bucket-owner (a 12-digit account ID)
+  // Instance metadata, the chain's last source, is probed at the first
+  // request rather than by Create(): a mount that serves /dev/fd/N answers the
+  // kernel before any network call.
+  bool defer_instance_metadata = false;
   // HttpClientOptions::ca_file "" means $AWS_CA_BUNDLE, the profile's
   // ca_bundle, else the system's CA certificates.
 };

@@ -136,18 +136,19 @@ StatusOr<std::unique_ptr<S3Store>> S3Store::Create(const S3Options& given, Depen
   if (!deps.jitter) deps.jitter = DefaultJitter();
   if (!deps.wall_clock) deps.wall_clock = [] { return std::chrono::system_clock::now(); };
   if (deps.http == nullptr) {
-    CurlHttpOptions http_options;
-    http_options.max_connections = options.max_connections;
-    http_options.connect_timeout = options.connect_timeout;
-    http_options.stall_timeout = options.stall_timeout;
-    http_options.ca_file = options.ca_file;
-    ASSIGN_OR_RETURN(deps.http, MakeCurlHttpClient(http_options));
+    ASSIGN_OR_RETURN(deps.http, MakeCurlHttpClient(CurlOptionsFor(options)));
   }
   if (deps.credentials == nullptr) {
     AwsChainOptions chain;
     chain.profile = options.profile;
     chain.no_sign_request = options.no_sign_request;
-    chain.region = options.region;
+    // STS is asked in the SDKs' client region ($AWS_REGION, which Mountpoint's
+    // CSI driver sets to the STS region), else in the bucket's.
+    chain.region = FirstOf({{GetEnv("AWS_REGION"), "AWS_REGION"},
+                            {GetEnv("AWS_DEFAULT_REGION"), "AWS_DEFAULT_REGION"},
+                            {options.region, "the bucket's region"}})
+                       .value;
+    chain.defer_instance_metadata = options.defer_instance_metadata;
     ASSIGN_OR_RETURN(deps.credentials, MakeAwsCredentials(chain, *deps.http, *deps.clock));
   }
   const bool region_given = !options.region.empty();

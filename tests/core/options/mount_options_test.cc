@@ -93,6 +93,24 @@ TEST(MountOptionsTest, DebugImpliesForeground) {
   EXPECT_TRUE(o.foreground);
 }
 
+TEST(MountOptionsTest, AllowRootAndAllowOtherAreOneOrTheOther) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOptionList(o, "allow_root").ok());
+  EXPECT_TRUE(o.allow_root);
+  o.source = "/tmp";
+  o.mountpoint = "/mnt";
+  EXPECT_TRUE(ValidateMountOptions(o).ok());
+  ASSERT_TRUE(ApplyMountOptionList(o, "allow_other").ok());
+  EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("give either allow_other (every user) or allow_root"));
+}
+
+TEST(MountOptionsTest, UserAgentPrefixIsKeptWhole) {
+  MountOptions o;
+  ASSERT_TRUE(ApplyMountOption(o, "user_agent_prefix", "s3-csi-driver/v2.7.0 credential-source#pod").ok());
+  EXPECT_EQ(o.user_agent_prefix, "s3-csi-driver/v2.7.0 credential-source#pod");
+  EXPECT_THAT(ApplyMountOption(o, "user_agent_prefix", "").message(), HasSubstr("needs the text"));
+}
+
 TEST(MountOptionsTest, ValidateWantsSourceAndMountPoint) {
   MountOptions o;
   EXPECT_THAT(ValidateMountOptions(o).message(), HasSubstr("missing SOURCE"));

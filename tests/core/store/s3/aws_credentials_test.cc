@@ -135,6 +135,47 @@ TEST_F(AwsCredentialsTest, ProfileOptionIsTheOnlySource) {
   EXPECT_THAT(missing.status().message(), HasSubstr("profile absent (-o profile) is in neither"));
 }
 
+TEST_F(AwsCredentialsTest, ProfileKeysAreReadAgainWhenTheirFileIsRewritten) {
+  // As Mountpoint's CSI driver hands them over: a profile in files of its own.
+  env_.Set("AWS_PROFILE", "pod-s3-csi");
+  env_.Set("AWS_SHARED_CREDENTIALS_FILE", home_.path() + "/comm/credentials");
+  env_.Set("AWS_CONFIG_FILE", home_.path() + "/comm/config");
+  WriteHomeFile("comm/config", "[profile pod-s3-csi]\n");
+  WriteHomeFile("comm/credentials", "[pod-s3-csi]\naws_access_key_id=AKIAFIRSTKEY01\naws_secret_access_key=one\n");
+  auto creds = Make();
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_EQ((*creds)->Get()->access_key_id, "AKIAFIRSTKEY01");
+
+  WriteHomeFile("comm/credentials",
+                "[pod-s3-csi]\naws_access_key_id=AKIASECONDKEY2\naws_secret_access_key=two\naws_session_token=t2\n");
+  EXPECT_EQ((*creds)->Get()->access_key_id, "AKIAFIRSTKEY01") << "looked at again only after kProfileRecheckPeriod";
+  clock_.Advance(kProfileRecheckPeriod);
+  StatusOr<AwsCredentials> second = (*creds)->Get();
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->access_key_id, "AKIASECONDKEY2");
+  EXPECT_EQ(second->secret_access_key, "two");
+  EXPECT_EQ(second->session_token, "t2");
+  EXPECT_THAT((*creds)->Describe(), HasSubstr("AKIA...KEY2"));
+  EXPECT_TRUE(http_.requests().empty());
+}
+
+TEST_F(AwsCredentialsTest, AProfileRewriteThatCannotBeReadKeepsTheKeysInUse) {
+  env_.Set("AWS_PROFILE", "p");
+  env_.Set("AWS_SHARED_CREDENTIALS_FILE", home_.path() + "/credentials");
+  WriteHomeFile("credentials", "[p]\naws_access_key_id=AKIAKEPTKEY001\naws_secret_access_key=kept\n");
+  auto creds = Make();
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  WriteHomeFile("credentials", "[p]\naws_access_key_id=AKIAHALFKEY002\n");  // caught mid-rewrite
+  clock_.Advance(kProfileRecheckPeriod);
+  EXPECT_EQ((*creds)->Get()->access_key_id, "AKIAKEPTKEY001");
+  std::filesystem::remove(home_.path() + "/credentials");
+  clock_.Advance(kProfileRecheckPeriod);
+  EXPECT_EQ((*creds)->Get()->secret_access_key, "kept");
+  WriteHomeFile("credentials", "[p]\naws_access_key_id=AKIAWHOLEKEY03\naws_secret_access_key=whole\n");
+  clock_.Advance(kProfileRecheckPeriod);
+  EXPECT_EQ((*creds)->Get()->access_key_id, "AKIAWHOLEKEY03");
+}
+
 TEST_F(AwsCredentialsTest, AnUnsupportedProfileKindSaysWhat) {
   WriteHomeFile(".aws/config", "[default]\ncredential_process = /usr/bin/get-creds\n");
   auto creds = Make();
@@ -201,6 +242,37 @@ TEST_F(AwsCredentialsTest, WebIdentityUsesTheRegionalStsEndpoint) {
   EXPECT_EQ(c.status().code(), ErrorCode::kUnavailable) << "a 503 is worth a retry";
   ASSERT_EQ(http_.requests().size(), 1u);
   EXPECT_EQ(http_.requests()[0].url, "https://sts.eu-central-1.amazonaws.com");
+}
+
+TEST_F(AwsCredentialsTest, WebIdentityTakesStsFromAwsEndpointUrl) {
+  WriteHomeFile("token", "tok");
+  env_.Set("AWS_WEB_IDENTITY_TOKEN_FILE", home_.path() + "/token");
+  env_.Set("AWS_ROLE_ARN", "arn:aws:iam::1:role/r");
+  env_.Set("AWS_ENDPOINT_URL", "http://localstack.test:4566/");
+  http_.Push(FakeReply{.status = 503});
+  auto creds = Make({.region = "eu-central-1"});
+  ASSERT_TRUE(creds.ok());
+  (void)(*creds)->Get();
+  ASSERT_EQ(http_.requests().size(), 1u);
+  EXPECT_EQ(http_.requests()[0].url, "http://localstack.test:4566");
+}
+
+TEST_F(AwsCredentialsTest, LegacyStsRegionalEndpointsUseTheGlobalEndpointInTheLegacyRegions) {
+  WriteHomeFile("token", "tok");
+  env_.Set("AWS_WEB_IDENTITY_TOKEN_FILE", home_.path() + "/token");
+  env_.Set("AWS_ROLE_ARN", "arn:aws:iam::1:role/r");
+  env_.Set("AWS_STS_REGIONAL_ENDPOINTS", "legacy");
+  http_.Push(FakeReply{.status = 503});
+  http_.Push(FakeReply{.status = 503});
+  auto legacy = Make({.region = "eu-west-1"});
+  ASSERT_TRUE(legacy.ok());
+  (void)(*legacy)->Get();
+  auto newer = Make({.region = "ap-east-1"});  // not one of the legacy regions
+  ASSERT_TRUE(newer.ok());
+  (void)(*newer)->Get();
+  ASSERT_EQ(http_.requests().size(), 2u);
+  EXPECT_EQ(http_.requests()[0].url, "https://sts.amazonaws.com");
+  EXPECT_EQ(http_.requests()[1].url, "https://sts.ap-east-1.amazonaws.com");
 }
 
 TEST_F(AwsCredentialsTest, ContainerCredentialsWithATokenFile) {
@@ -310,6 +382,39 @@ TEST_F(AwsCredentialsTest, InstanceMetadataWithoutARoleSaysToAttachOne) {
   ASSERT_FALSE(creds.ok());
   EXPECT_EQ(creds.status().code(), ErrorCode::kPermissionDenied);
   EXPECT_THAT(creds.status().message(), HasSubstr("attach an IAM role"));
+}
+
+TEST_F(AwsCredentialsTest, DeferredInstanceMetadataIsAskedAtTheFirstGet) {
+  env_.Set("AWS_EC2_METADATA_DISABLED", std::nullopt);
+  env_.Set("AWS_EC2_METADATA_SERVICE_ENDPOINT", "http://imds.test");
+  auto creds = Make({.defer_instance_metadata = true});
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  EXPECT_TRUE(http_.requests().empty()) << "nothing is sent before the first request needs credentials";
+  EXPECT_THAT((*creds)->Describe(), HasSubstr("EC2 instance metadata at http://imds.test"));
+  http_.Push(FakeReply{.status = 200, .body = "tok"});
+  http_.Push(FakeReply{.status = 200, .body = "node-role"});
+  http_.Push(FakeReply{.status = 200, .body = JsonCredentials("ASIANODE")});
+  StatusOr<AwsCredentials> c = (*creds)->Get();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->access_key_id, "ASIANODE");
+  EXPECT_EQ((*creds)->Get()->access_key_id, "ASIANODE");
+  EXPECT_EQ(http_.requests().size(), 3u);
+  EXPECT_THAT((*creds)->Describe(), HasSubstr("role node-role"));
+}
+
+TEST_F(AwsCredentialsTest, DeferredInstanceMetadataThatFailsListsEverythingTried) {
+  env_.Set("AWS_EC2_METADATA_DISABLED", std::nullopt);
+  http_.SetFallback([](const HttpRequest& req) {
+    return Deliver(req, FakeReply{.error = TransportError::kConnectFailed, .error_message = "Connection refused"});
+  });
+  auto creds = Make({.defer_instance_metadata = true});
+  ASSERT_TRUE(creds.ok()) << creds.status().ToString();
+  StatusOr<AwsCredentials> c = (*creds)->Get();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_THAT(c.status().message(), HasSubstr("no AWS credentials found"));
+  EXPECT_THAT(c.status().message(), HasSubstr("web identity (AWS_WEB_IDENTITY_TOKEN_FILE not set)"));
+  EXPECT_THAT(c.status().message(), HasSubstr("EC2 instance metadata at http://169.254.169.254"));
 }
 
 TEST_F(AwsCredentialsTest, NoSignRequestSendsNothing) {

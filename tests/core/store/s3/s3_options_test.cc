@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/store/http/http.h"
+
 namespace tensorfs {
 namespace {
 
@@ -63,6 +65,23 @@ TEST(ValidateS3OptionsTest, ValuesAreChecked) {
   o.expected_bucket_owner = "";
   o.ca_file = "/nonexistent/ca.pem";
   EXPECT_THAT(ValidateS3Options(o).message(), HasSubstr("cannot be read"));
+  o.ca_file = "";
+  o.user_agent_prefix = "line\nbreak";
+  EXPECT_THAT(ValidateS3Options(o).message(), HasSubstr("user_agent_prefix holds a control character"));
+}
+
+TEST(HttpClientOptionsTest, TheUserAgentStartsWithThePrefix) {
+  HttpClientOptions o;
+  EXPECT_EQ(UserAgentFor(o), "tensorfs/0.1");
+  o.user_agent_prefix = "s3-csi-driver/v2.7.0 credential-source#driver";
+  EXPECT_EQ(UserAgentFor(o), "s3-csi-driver/v2.7.0 credential-source#driver tensorfs/0.1");
+  EXPECT_EQ(CurlOptionsFor(o).user_agent, UserAgentFor(o));
+}
+
+TEST(HttpClientOptionsTest, TheSystemCaFileIsAnExistingBundle) {
+  const std::string ca = SystemCaFile();
+  ASSERT_FALSE(ca.empty()) << "this machine has ca-certificates (packaging/install-deps.sh)";
+  EXPECT_EQ(ca, "/etc/ssl/certs/ca-certificates.crt") << "Debian's is looked for first";
 }
 
 TEST(S3UrlTest, AsUsersWriteIt) {
