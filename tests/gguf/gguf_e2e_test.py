@@ -21,20 +21,34 @@ and, for every checkpoint:
 --gguf-from DIR takes the files from DIR/NAME-TYPE.gguf instead of a mount (to check this
 harness against GGUF files made by another converter); --types F16,Q8_0 checks only those.
 
-How close is close (measured on these models with GGUF files from llama.cpp's own converter and
-llama-quantize, llama.cpp's CPU backend, KV cache in F32; the bounds have about 3x headroom over
-the largest error seen, and sit far below what a wrong tensor, permutation, norm or rope gives:
-errors of 1 to 10 nats). The error is the largest |log p_llama - log p_ref| over the tokens the
-reference gives log p > -30, at one position:
+How close is close. The bounds (BOUNDS) were measured on these models with GGUF files from
+llama.cpp's own converter (convert_hf_to_gguf.py) and llama-quantize, run by the same llama.cpp
+build with its KV cache in F32, and set at about 3x the worst figure seen over all the models:
 
-  F16, BF16   the reference uses the file's own weights (F16: rounded from f32 with numpy; BF16:
-              the source's), so what remains is llama.cpp's arithmetic: it rounds activations
-              to the weight type before each matmul (F16: 11 bits, BF16: 8 bits of mantissa)
-  Q8_0        weights of 8 bits per 32 and, on the CPU, activations rounded to Q8_0 as well
-  Q4_K_M      4-bit weights (6-bit for the layers llama-quantize raises) and Q8_K activations
+  type     worst err  worst KL  worst mean KL  greedy the same   what remains
+  F16      0.005      2e-6      5e-7           all positions     llama.cpp's f32 arithmetic (the
+                                                                 reference rounds the matrices to
+                                                                 f16 as the file holds them)
+  BF16     0.09       3e-4      1e-4           all positions     activations rounded to bf16
+                                                                 before each matmul (8 bits)
+  Q8_0     0.61       0.019     0.005          92% and more      8-bit weights, and activations
+                                                                 rounded to Q8_0 on the CPU
+  Q4_K_M   5.7        1.7       0.38           58% and more;     4-bit weights (Q6_K output),
+                                               wrong once at a   Q8_K activations
+                                               2.1-nat lead
+
+What the checks catch, from the same models in numpy: a missing Q/K permutation gives errors of
+3 to 14 nats and a median KL of 0.09 to 3; a missing llama3 rope scaling, q/k norm, k bias, one
+norm's weights, or a swap of Phi-3's gate and up halves, errors of 1.3 to 12 nats and median KLs
+of 0.016 to 0.7; every 32-block of one tensor in the wrong place, a mean KL of 0.55 to 6. The F16
+and BF16 files, whose bounds are tight, catch all of these; Q8_0's bounds catch most; Q4_K_M's are
+loose, since 4-bit rounding moves these small random models nearly as much (their logits spread
+~4 nats over a 256-wide hidden state): there the check is that the file loads, that it is not
+garbage, and that the greedy tokens mostly agree and always do where the lead is over 3 nats.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -55,20 +69,17 @@ TENSORFS = os.environ.get("TENSORFS_BINARY", "")
 HANG_GUARD_S = 60
 
 # Per file type, at each position: err, the largest |log p_llama - log p_ref| over the tokens
-# the reference gives log p > LOGP_FLOOR; kl, KL(reference || llama.cpp); and over a file's
-# positions, mean_kl. Where the reference's top token leads the next by more than greedy_margin
-# nats, llama.cpp's greedy token must be the same. Measured (see the module comment) and set at
-# about 3x the largest seen; a missing Q/K permutation, rope scaling, q/k norm, bias or a swapped
-# gate/up gives a mean KL of 0.02 to 3 and errors of 1 to 14 nats on these models.
+# the reference gives log p > LOGP_FLOOR; kl, KL(reference || llama.cpp); over a file's
+# positions: mean_kl, and min_agree, the least share of positions where llama.cpp's greedy token
+# is the reference's. Where the reference's top token leads the next by more than greedy_margin
+# nats, the greedy tokens must be the same; min_clear: the least share of such positions (a check
+# on flat distributions would assert nothing). The module comment says where the numbers come from.
 BOUNDS = {
-    "F16": {"err": 0.02, "kl": 1e-5, "mean_kl": 3e-6, "greedy_margin": 0.02},
-    "BF16": {"err": 0.25, "kl": 1e-3, "mean_kl": 3e-4, "greedy_margin": 0.1},
-    "Q8_0": {"err": 1.5, "kl": 0.06, "mean_kl": 0.015, "greedy_margin": 0.5},
-    "Q4_K_M": {"err": 3.0, "kl": 0.3, "mean_kl": 0.05, "greedy_margin": 1.5},
+    "F16": {"err": 0.02, "kl": 1e-5, "mean_kl": 3e-6, "greedy_margin": 0.02, "min_agree": 0.95, "min_clear": 0.5},
+    "BF16": {"err": 0.25, "kl": 1e-3, "mean_kl": 3e-4, "greedy_margin": 0.1, "min_agree": 0.9, "min_clear": 0.5},
+    "Q8_0": {"err": 1.5, "kl": 0.06, "mean_kl": 0.015, "greedy_margin": 0.5, "min_agree": 0.8, "min_clear": 0.5},
+    "Q4_K_M": {"err": 15.0, "kl": 5.0, "mean_kl": 1.0, "greedy_margin": 3.0, "min_agree": 0.45, "min_clear": 0.03},
 }
-# The fewest positions whose greedy choice is clear, as a share of all: a check on
-# near-uniform distributions would assert nothing.
-MIN_CLEAR_SHARE = 0.5
 LOGP_FLOOR = -10.0
 
 # The tokenization corpus: what tokenizers get wrong first.
@@ -175,7 +186,15 @@ class GgufEndToEndTest(unittest.TestCase):
             cls.log_file = open(cls.log_path, "w")
             cls.process = subprocess.Popen([TENSORFS, a.data, cls.root, "-f", "-o", "views=gguf"],
                                            stdout=cls.log_file, stderr=subprocess.STDOUT)
-            cls.wait_mounted()
+            try:
+                cls.wait_mounted()
+            except Exception:  # tearDownClass is not called after a setUpClass that raised
+                if cls.process.poll() is None:
+                    cls.process.terminate()
+                    cls.process.wait(HANG_GUARD_S)
+                cls.log_file.close()
+                shutil.rmtree(cls.work, ignore_errors=True)
+                raise
         cls.files = {}  # (model, type) -> path
         for m in cls.manifest["models"]:
             for t in gguf_types(m["dtype"]):
@@ -266,17 +285,21 @@ class GgufEndToEndTest(unittest.TestCase):
     def tearDownClass(cls):
         if cls.process is not None:
             subprocess.run(["fusermount3", "-u", cls.root], capture_output=True, timeout=HANG_GUARD_S)
-            check_end(cls.EndCheck(), cls.process, "fusermount3 -u", log=cls.log)
+            check_end(unittest.TestCase(), cls.process, "fusermount3 -u", log=cls.log)
             cls.log_file.close()
         shutil.rmtree(cls.work, ignore_errors=True)
-
-    class EndCheck(unittest.TestCase):
-        def runTest(self):
-            pass
 
     def require_answer(self):
         if self.harness_error:
             self.fail("%s\ntensorfs log:\n%s" % (self.harness_error, self.log()))
+
+    def run_of(self, path, failures):
+        """The harness's answer for one file, or None with the reason appended to failures."""
+        got = self.answer[path]
+        if "error" in got:
+            failures.append("%s: llama.cpp could not run it: %s" % (path, got["error"][:1500]))
+            return None
+        return got
 
     def test_every_checkpoint_has_its_three_gguf_files(self):
         if self.args.gguf_from:
@@ -303,8 +326,11 @@ class GgufEndToEndTest(unittest.TestCase):
                     model = reference_forward.ReferenceModel(src, round_weights=key)
                     references[key] = [model.logprobs(ids) for ids in seqs]
                 path = self.files[(m["name"], t)]
+                run = self.run_of(path, failures)
+                if run is None:
+                    continue
                 got = [np.fromfile(f, dtype=np.float32).reshape(len(ids), m["vocab_size"]).astype(np.float64)
-                       for f, ids in zip(self.answer[path]["logprobs"], seqs)]
+                       for f, ids in zip(run["logprobs"], seqs)]
                 failures += self.compare_logprobs(path, t, seqs, references[key], got)
         self.assertFalse(failures, "\n".join(failures[:40]) + ("\n... and %d more" % (len(failures) - 40)
                                                                if len(failures) > 40 else ""))
@@ -314,7 +340,7 @@ class GgufEndToEndTest(unittest.TestCase):
         line of its figures on stderr."""
         b = BOUNDS[t]
         failures = []
-        errs, kls, clear = [], [], 0
+        errs, kls, clear, agree = [], [], 0, 0
         for p, (ids, ref, lp) in enumerate(zip(seqs, references, got)):
             for pos in range(len(ids)):
                 r, g = ref[pos], lp[pos]
@@ -329,6 +355,7 @@ class GgufEndToEndTest(unittest.TestCase):
                 top2 = np.argsort(r)[-2:]
                 best, margin = int(top2[1]), float(r[top2[1]] - r[top2[0]])
                 mine = int(np.argmax(g))
+                agree += mine == best
                 where = "%s, prompt %d (%r), position %d (after token %d)" % (
                     path, p, self.manifest["prompts"][p][:30], pos, ids[pos])
                 if not (err <= b["err"] and kl <= b["kl"]):
@@ -342,13 +369,17 @@ class GgufEndToEndTest(unittest.TestCase):
                                         % (where, mine, best, margin))
         mean_kl = float(np.mean(kls))
         print("%s: %d positions: max |delta log p| %.4f (bound %g), max KL %.2e (bound %g), mean KL %.2e "
-              "(bound %g), greedy choice clear at %d" % (os.path.basename(path), len(errs), max(errs), b["err"],
-                                                         max(kls), b["kl"], mean_kl, b["mean_kl"], clear),
+              "(bound %g), greedy token the same at %d (at least %d), clear at %d (at least %d)"
+              % (os.path.basename(path), len(errs), max(errs), b["err"], max(kls), b["kl"], mean_kl, b["mean_kl"],
+                 agree, math.ceil(b["min_agree"] * len(errs)), clear, math.ceil(b["min_clear"] * len(errs))),
               file=sys.stderr)
         if not mean_kl <= b["mean_kl"]:
             failures.append("%s: mean KL %.2e over %d positions, over the bound %g for %s"
                             % (path, mean_kl, len(kls), b["mean_kl"], t))
-        if clear < MIN_CLEAR_SHARE * len(errs):
+        if agree < b["min_agree"] * len(errs):
+            failures.append("%s: llama.cpp's greedy token is the reference's at only %d of %d positions (at least "
+                            "%d for %s)" % (path, agree, len(errs), math.ceil(b["min_agree"] * len(errs)), t))
+        if clear < b["min_clear"] * len(errs):
             failures.append("%s: the reference's greedy choice is clear at only %d of %d positions: the model's "
                             "outputs are too flat for this check" % (path, clear, len(errs)))
         return failures
@@ -363,12 +394,15 @@ class GgufEndToEndTest(unittest.TestCase):
                          else "@huggingface/tokenizers over tokenizer.json")
             for t in gguf_types(m["dtype"]):
                 path = self.files[(m["name"], t)]
-                got = self.answer[path]["tokens"]
+                run = self.run_of(path, failures)
+                if run is None:
+                    continue
+                got = run["tokens"]
                 for i, text in enumerate(corpus):
                     if got[i] != want[i]:
                         failures.append("%s: text %d %r: llama.cpp gives %s, %s gives %s"
                                         % (path, i, text, got[i], reference, want[i]))
-        self.assertFalse(failures, "\n".join(failures))
+        self.assertFalse(failures, "\n".join(failures) + ("\ntensorfs log:\n" + self.log() if failures else ""))
 
 
 def main():

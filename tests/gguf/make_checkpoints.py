@@ -23,6 +23,8 @@ and 360, whose rows force the quantizers' fallbacks):
                  hidden), GQA 8/2, untied, 3 shards, Qwen2 BPE tokenizer.json
   phi3-bf16      Phi3ForCausalLM, bf16, fused qkv_proj and gate_up_proj, GQA 8/4, untied,
                  SentencePiece tokenizer.model with Phi-3's added tokens
+  phi3-longrope-f32  Phi3ForCausalLM, f32, 2 shards, Phi-3-mini-128k's longrope scaling (so
+                 rope_factors_short/long.weight and an attention factor), 8 heads of 32
 
 Weights are scaled so that the models' outputs are far from uniform yet not chaotic: RMSNorm
 inputs of unit scale, attention scores of about unit spread, residual branches scaled by
@@ -72,6 +74,15 @@ MODELS = [
     dict(name="phi3-bf16", arch="Phi3ForCausalLM", model_type="phi3", dtype="bf16", shards=1,
          tokenizer="phi3-spm", hidden=256, inter=512, layers=2, heads=8, kv_heads=4, tied=False,
          rope_theta=10000.0, rope_scaling=None, eps=1e-5, seed=16, vocab_pad=64),
+    dict(name="phi3-longrope-f32", arch="Phi3ForCausalLM", model_type="phi3", dtype="f32", shards=2,
+         tokenizer="phi3-spm", hidden=256, inter=512, layers=2, heads=8, kv_heads=8, tied=False,
+         rope_theta=10000.0, eps=1e-5, seed=17, vocab_pad=64,
+         # Phi-3-mini-128k: longrope with per-frequency factors, the short ones in force up to 4096.
+         rope_scaling={"type": "longrope",
+                       "short_factor": [round(1.0 + 0.15 * i, 4) for i in range(16)],
+                       "long_factor": [round(1.0 + 1.5 * i, 4) for i in range(16)]},
+         config={"max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+                 "sliding_window": 262144}),
 ]
 
 BPE_MERGES = 1200
@@ -229,6 +240,7 @@ def make_config(m, vocab, ids):
         c.update({"attention_bias": False, "embd_pdrop": 0.0, "original_max_position_embeddings": 2048,
                   "pad_token_id": ids["eos"], "resid_pdrop": 0.0, "sliding_window": 2047})
         c["bos_token_id"] = 1
+    c.update(m.get("config", {}))
     return c
 
 

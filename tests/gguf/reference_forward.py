@@ -3,7 +3,7 @@ from its safetensors: the next-token log-probabilities at every position of a to
 
 It follows transformers' modeling code, not llama.cpp's: weights in Hugging Face layout
 ([out, in]), rotate-half RoPE on the un-permuted q/k rows, and the rope frequencies as
-transformers computes them (default, and the "llama3" scaling of Llama 3.1), for
+transformers computes them (default, the "llama3" scaling of Llama 3.1, Phi-3's "longrope"), for
 
   LlamaForCausalLM / MistralForCausalLM   RMSNorm, attention with GQA, SwiGLU MLP
   Qwen2ForCausalLM                        + q/k/v biases
@@ -63,13 +63,17 @@ def read_checkpoint(d):
     return tensors
 
 
-def rope_inv_freq(config, head_dim):
-    """transformers' inverse frequencies (ROPE_INIT_FUNCTIONS) for the config's rope type."""
+def rope_parameters(config, head_dim, seq_len):
+    """(inverse frequencies, attention factor) as transformers' ROPE_INIT_FUNCTIONS compute them
+    for the config's rope type: default, "llama3" (Llama 3.1) or "longrope" (Phi-3 128k: the
+    short factors up to original_max_position_embeddings, the long ones past it, and cos/sin
+    scaled by the attention factor)."""
     base = config.get("rope_theta", 10000.0)
-    inv = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    exponents = np.arange(0, head_dim, 2, dtype=np.float64) / head_dim
+    inv = 1.0 / (base ** exponents)
     scaling = config.get("rope_scaling")
     if not scaling:
-        return inv
+        return inv, 1.0
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind == "llama3":
         factor = scaling["factor"]
@@ -81,7 +85,18 @@ def rope_inv_freq(config, head_dim):
         smooth = (old / wavelen - low) / (high - low)
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-        return np.where(medium, smoothed, scaled)
+        return np.where(medium, smoothed, scaled), 1.0
+    if kind in ("longrope", "su"):
+        original = config.get("original_max_position_embeddings")
+        if original:
+            factor = config["max_position_embeddings"] / original
+        else:
+            original, factor = config["max_position_embeddings"], scaling.get("factor", 1.0)
+        attention = scaling.get("attention_factor")
+        if attention is None:
+            attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+        ext = np.asarray(scaling["long_factor"] if seq_len > original else scaling["short_factor"], np.float64)
+        return 1.0 / (ext * base ** exponents), attention
     raise ValueError("rope scaling type %r is not in this reference" % kind)
 
 
@@ -116,7 +131,6 @@ class ReferenceModel:
             if round_weights == "f16" and x.ndim == 2:
                 x = x.astype(np.float16)
             self.w[name] = x.astype(np.float64)
-        self.inv_freq = rope_inv_freq(c, self.head_dim)
 
     def _attention(self, p, x, pos):
         t = x.shape[0]
@@ -139,9 +153,11 @@ class ReferenceModel:
         if p + "self_attn.q_norm.weight" in w:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], self.eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], self.eps)
-        freqs = np.outer(pos, self.inv_freq)
+        inv_freq, attention_factor = rope_parameters(self.config, hd, t)
+        freqs = np.outer(pos, inv_freq)
         emb = np.concatenate([freqs, freqs], axis=-1)
-        cos, sin = np.cos(emb)[:, None, :], np.sin(emb)[:, None, :]
+        cos = (np.cos(emb) * attention_factor)[:, None, :]
+        sin = (np.sin(emb) * attention_factor)[:, None, :]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         group = nh // nkv
