@@ -5,10 +5,9 @@
 //        header bytes: a slice of the file's own string
 //        a source range: ReadEngine::Read of exactly that range, without the
 //          engine's stream prefetch (the reader prefetches for the view)
-//        a transform part: the segments it overlaps, each a derived chunk
-//          (ReadEngine::ReadDerived) computed from its source range on the
-//          thread that delivered the source bytes, then cached
-//     -> done(pieces) once all are in, in file order.
+//        a transform part: Transform::Read of that range (transform.h),
+//          which reads its derived chunks and their sources from the engine
+//     -> done(pieces) once all are in, in file order (gather.h).
 //   Prefetch: a reader past a file's header gets the sources of the next
 //   prefetch_window bytes of the file requested ahead of it, topped up as it
 //   reads. When the file before this one in its directory's order was read
@@ -42,7 +41,6 @@ class ViewReader {
   void Read(std::shared_ptr<const ViewFile> file, uint64_t offset, size_t size, ReadDone done) EXCLUDES(prefetch_mu_);
 
  private:
-  struct Gather;
   // Called with every read of `file`, [read_begin, read_end).
   void MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64_t read_end) EXCLUDES(prefetch_mu_);
   // Requests the sources of `file` from view offset `from` on, up to
