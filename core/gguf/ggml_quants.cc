@@ -634,6 +634,33 @@ void QuantizeQx0Block(const float* x, uint8_t* y) {
   }
 }
 
+// quantize_row_q5_1_ref: 31 levels from min to max; d and min stored.
+TFS_LANES_INLINE void QuantizeQ5_1Block(const float* x, uint8_t* y) {
+  float min = std::numeric_limits<float>::max();
+  float max = -std::numeric_limits<float>::max();
+  for (int j = 0; j < 32; ++j) {
+    const float v = x[j];
+    if (v < min) min = v;
+    if (v > max) max = v;
+  }
+  const float d = (max - min) / ((1 << 5) - 1);
+  const float id = d ? 1.0f / d : 0.0f;
+  StoreLe16(y, GgmlFp32ToFp16(d));
+  StoreLe16(y + 2, GgmlFp32ToFp16(min));
+  uint32_t qh = 0;
+  uint8_t* qs = y + 8;
+  for (int j = 0; j < 16; ++j) {
+    const float x0 = (x[0 + j] - min) * id;
+    const float x1 = (x[16 + j] - min) * id;
+    const uint8_t xi0 = static_cast<uint8_t>(X86Cvtt(x0 + 0.5f));
+    const uint8_t xi1 = static_cast<uint8_t>(X86Cvtt(x1 + 0.5f));
+    qs[j] = static_cast<uint8_t>((xi0 & 0x0F) | ((xi1 & 0x0F) << 4));
+    qh |= ((xi0 & 0x10u) >> 4) << (j + 0);
+    qh |= ((xi1 & 0x10u) >> 4) << (j + 16);
+  }
+  for (int k = 0; k < 4; ++k) y[4 + k] = static_cast<uint8_t>(qh >> (8 * k));
+}
+
 // ---- Rows ----
 
 // The per-block kernels over a run of blocks, compiled once for baseline
@@ -748,6 +775,9 @@ void Quantize(const Kernels& kernels, GgmlType type, std::span<const float> x, s
       return;
     case GgmlType::kQ5_0:
       for (size_t b = 0; b < blocks; ++b) QuantizeQx0Block<5>(src + 32 * b, dst + 22 * b);
+      return;
+    case GgmlType::kQ5_1:
+      for (size_t b = 0; b < blocks; ++b) QuantizeQ5_1Block(src + 32 * b, dst + 24 * b);
       return;
     case GgmlType::kQ8_0:
       kernels.q8_0(src, blocks, dst);

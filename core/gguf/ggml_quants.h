@@ -1,7 +1,7 @@
 // ggml's block formats, computed from float32 input bit for bit as llama.cpp's
 // own tools compute them: a GGUF file that tensorfs serves holds the bytes that
 // convert_hf_to_gguf.py (F16, BF16, Q8_0) and llama-quantize (Q4_K_M's Q4_K,
-// Q5_K, Q6_K and its fallbacks Q5_0, Q8_0) would have written for the same
+// Q5_K, Q6_K and its fallbacks Q5_0, Q5_1, Q8_0) would have written for the same
 // weights.
 //
 // The reference is ggml/src/ggml-quants.c (quantize_row_*_ref, the path every
@@ -44,7 +44,7 @@ namespace tensorfs {
 //  - F16: Fp32ToFp16 of each (numpy's astype(float16), what the converter
 //    writes). BF16: Fp32ToBf16 of each (ggml_compute_fp32_to_bf16).
 //  - Q8_0: quantize_row_q8_0_ref. Q4_0: quantize_row_q4_0_ref. Q5_0:
-//    quantize_row_q5_0_ref.
+//    quantize_row_q5_0_ref. Q5_1: quantize_row_q5_1_ref.
 //  - Q4_K, Q5_K, Q6_K: quantize_row_q4_K_ref, _q5_K_ref, _q6_K_ref, with
 //    their weighted searches (make_qkx2_quants, make_qx_quants).
 void QuantizeBlocks(GgmlType type, std::span<const float> x, std::span<std::byte> out);

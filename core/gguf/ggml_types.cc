@@ -15,14 +15,15 @@ struct TypeInfo {
 };
 
 // ggml-common.h: block_q4_0 {d; qs[16]}, block_q5_0 {d; qh[4]; qs[16]},
-// block_q8_0 {d; qs[32]}, block_q4_K {d; dmin; scales[12]; qs[128]},
+// block_q5_1 {d; m; qh[4]; qs[16]}, block_q8_0 {d; qs[32]}, block_q4_K {d; dmin; scales[12]; qs[128]},
 // block_q5_K {d; dmin; scales[12]; qh[32]; qs[128]},
 // block_q6_K {ql[128]; qh[64]; scales[16]; d}.
-constexpr std::array<TypeInfo, 9> kTypes = {{
+constexpr std::array<TypeInfo, 10> kTypes = {{
     {GgmlType::kF32, 1, 4, "F32"},
     {GgmlType::kF16, 1, 2, "F16"},
     {GgmlType::kQ4_0, 32, 18, "Q4_0"},
     {GgmlType::kQ5_0, 32, 22, "Q5_0"},
+    {GgmlType::kQ5_1, 32, 24, "Q5_1"},
     {GgmlType::kQ8_0, 32, 34, "Q8_0"},
     {GgmlType::kQ4_K, 256, 144, "Q4_K"},
     {GgmlType::kQ5_K, 256, 176, "Q5_K"},

@@ -46,6 +46,7 @@ TEST(GgmlTypesTest, BlockGeometryIsGgmlCommonsLayouts) {
   const Row rows[] = {
       {GgmlType::kF32, 1, 4, "F32", 0},          {GgmlType::kF16, 1, 2, "F16", 1},
       {GgmlType::kQ4_0, 32, 2 + 16, "Q4_0", 2},  {GgmlType::kQ5_0, 32, 2 + 4 + 16, "Q5_0", 6},
+      {GgmlType::kQ5_1, 32, 2 + 2 + 4 + 16, "Q5_1", 7},
       {GgmlType::kQ8_0, 32, 2 + 32, "Q8_0", 8},  {GgmlType::kQ4_K, 256, 4 + 12 + 128, "Q4_K", 12},
       {GgmlType::kQ5_K, 256, 4 + 12 + 32 + 128, "Q5_K", 13},
       {GgmlType::kQ6_K, 256, 128 + 64 + 16 + 2, "Q6_K", 14},
@@ -70,7 +71,7 @@ TEST(GgmlTypesTest, RowBytesCountsWholeBlocks) {
 }
 
 TEST(GgmlTypesTest, UnknownIdsAreNotTypes) {
-  EXPECT_FALSE(GgmlTypeFromId(3).has_value());   // Q4_1: not written by tensorfs
+  EXPECT_FALSE(GgmlTypeFromId(3).has_value());  // Q4_1: not written by tensorfs
   EXPECT_FALSE(GgmlTypeFromId(39).has_value());
 }
 
@@ -177,7 +178,8 @@ void PrintTo(const QuantCase& c, std::ostream* os) { *os << GgmlTypeName(c.type)
 
 const QuantCase kCases[] = {
     {GgmlType::kQ8_0, ref::Q8_0, ref::DecodeQ8_0}, {GgmlType::kQ4_0, RefQ4_0, DecodeQ4_0},
-    {GgmlType::kQ5_0, RefQ5_0, DecodeQ5_0},       {GgmlType::kQ4_K, RefQ4K, DecodeQ4K},
+    {GgmlType::kQ5_0, RefQ5_0, DecodeQ5_0},       {GgmlType::kQ5_1, ref::Q5_1, ref::DecodeQ5_1},
+    {GgmlType::kQ4_K, RefQ4K, DecodeQ4K},
     {GgmlType::kQ5_K, RefQ5K, DecodeQ5K},         {GgmlType::kQ6_K, ref::Q6K, ref::DecodeQ6K},
 };
 
@@ -363,6 +365,8 @@ double ErrorBound(GgmlType type, const float* x) {
       return max_abs / 8 * (1 + 8.0 / 2048) * 1.01;
     case GgmlType::kQ5_0:
       return max_abs / 16 * (1 + 16.0 / 2048) * 1.01;
+    case GgmlType::kQ5_1:  // 31 steps from min to max: half a step, and the halves' rounding
+      return ((hi - lo) / 31 * (0.5 + 31.0 / 2048) + std::fabs(lo) / 2048) * 1.01;
     case GgmlType::kQ4_K:
       return (hi - lo) / 15 * 1.6;
     case GgmlType::kQ5_K:

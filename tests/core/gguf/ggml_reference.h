@@ -137,6 +137,28 @@ inline std::vector<uint8_t> Qx0(const float* x, int bits) {
   return y;
 }
 
+// Q5_1: 31 steps from the block's min to its max, {d, min, qh[4], qs[16]}.
+inline std::vector<uint8_t> Q5_1(const float* x) {
+  float min = x[0];
+  float max = x[0];
+  for (int j = 1; j < 32; j++) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / 31;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  uint8_t q[32];
+  for (int j = 0; j < 32; ++j) q[j] = static_cast<uint8_t>(ToInt8((x[j] - min) * id + 0.5f));
+  std::vector<uint8_t> y;
+  PutHalf(y, NearestHalf(d));
+  PutHalf(y, NearestHalf(min));
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  for (int k = 0; k < 4; ++k) y.push_back(static_cast<uint8_t>(qh >> (8 * k)));
+  for (int j = 0; j < 16; ++j) y.push_back(static_cast<uint8_t>((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4)));
+  return y;
+}
+
 // ---- make_qkx2_quants and make_qx_quants ----
 
 // Weighted least squares over nstep + 1 candidate scales, min clamped <= 0.
@@ -408,6 +430,16 @@ inline void DecodeQx0(const uint8_t* b, int bits, float* out) {
     }
     out[j] = (q0 - half) * d;
     out[j + 16] = (q1 - half) * d;
+  }
+}
+
+inline void DecodeQ5_1(const uint8_t* b, float* out) {
+  const float d = HalfToFloat(Half(b));
+  const float m = HalfToFloat(Half(b + 2));
+  const uint32_t qh = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
+  for (int j = 0; j < 16; ++j) {
+    out[j] = ((b[8 + j] & 0xF) | (((qh >> j) & 1) << 4)) * d + m;
+    out[j + 16] = ((b[8 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) * d + m;
   }
 }
 
