@@ -48,12 +48,13 @@ constexpr uint64_t kSliceElements = 32768;
 }  // namespace
 
 Transform::Transform(TransformSource source, int parts, uint64_t unit, uint64_t segment_source_bytes,
-                     std::string kind)
+                     std::string kind, bool compute_ahead)
     : source_(std::move(source)),
       parts_(parts),
       unit_(std::max<uint64_t>(1, unit)),
       key_(kind + ":" + std::to_string(unit_) + ":" + std::to_string(source_.transpose_rows) + "\n" +
-           source_.object.name + "\n" + std::to_string(source_.range.offset)) {
+           source_.object.name + "\n" + std::to_string(source_.range.offset)),
+      compute_ahead_(compute_ahead) {
   TENSORFS_CHECK(parts_ >= 1 && parts_ <= kMaxParts);
   const uint64_t unit_bytes = unit_ * DtypeBits(source_.dtype) / 8;
   units_per_segment_ = std::max<uint64_t>(1, segment_source_bytes / std::max<uint64_t>(1, unit_bytes));
@@ -86,6 +87,25 @@ ByteRange Transform::SourceRange(uint64_t s) const {
 // name and generation, where its bytes start) and how.
 ChunkKey Transform::Key(uint64_t s) const { return ChunkKey{ObjectId{key_, source_.object.generation}, s}; }
 
+DeriveFn Transform::Deriver(ReadEngine& engine, uint64_t s, std::optional<ByteRange> within) const {
+  return [self = shared_from_this(), &engine, s, within](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
+    const ByteRange src = self->SourceRange(s);
+    engine.Read(
+        self->source_.object, src.offset, src.length,
+        [self, s, src, publish = std::move(publish)](StatusOr<ReadResult> result) {
+          if (!result.ok()) return publish(result.status().WithContext("cannot compute " + self->source_.tensor));
+          if (result->size() != src.length) {
+            return publish(InternalError("source object is shorter than the catalog says"));
+          }
+          auto chunk = std::make_shared<Chunk>(ByteRange{0, self->SegmentBytes(s)});
+          self->Compute(s, result->pieces, chunk->writable());
+          publish(std::move(chunk));
+        },
+        // The source bytes live on in the derived chunk: consumed.
+        ReadHints{.prefetch = false, .delivered = true, .within = within});
+  };
+}
+
 void Transform::Read(ReadEngine& engine, int part, ByteRange range, std::optional<ByteRange> within,
                      ReadDone done) const {
   TENSORFS_CHECK(!range.empty() && range.end() <= PartSize(part));
@@ -97,24 +117,7 @@ void Transform::Read(ReadEngine& engine, int part, ByteRange range, std::optiona
     const uint64_t from = std::max(range.offset, seg_begin);
     const uint64_t to = std::min(range.end(), PartEnd(part, s));
     const uint64_t in_chunk = OffsetInSegment(part, s) + (from - seg_begin);
-    DeriveFn derive = [self = shared_from_this(), &engine, s,
-                       within](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
-      const ByteRange src = self->SourceRange(s);
-      engine.Read(
-          self->source_.object, src.offset, src.length,
-          [self, s, src, publish = std::move(publish)](StatusOr<ReadResult> result) {
-            if (!result.ok()) return publish(result.status().WithContext("cannot compute " + self->source_.tensor));
-            if (result->size() != src.length) {
-              return publish(InternalError("source object is shorter than the catalog says"));
-            }
-            auto chunk = std::make_shared<Chunk>(ByteRange{0, self->SegmentBytes(s)});
-            self->Compute(s, result->pieces, chunk->writable());
-            publish(std::move(chunk));
-          },
-          // The source bytes live on in the derived chunk: consumed.
-          ReadHints{.prefetch = false, .delivered = true, .within = within});
-    };
-    engine.ReadDerived(Key(s), SegmentBytes(s), derive,
+    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, s, within),
                        [gather, slot = s - first, in_chunk, length = to - from](
                            const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
                          if (!chunk.ok()) return gather->Fail(chunk.status());
@@ -140,6 +143,19 @@ uint64_t Transform::Prefetch(ReadEngine& engine, int part, uint64_t from, uint64
   engine.Prefetch(source_.object, ByteRange{first.offset, SourceRange(s1).end() - first.offset}, within);
   source_budget -= std::min(source_budget, bytes);
   return s1 + 1 < segments() ? PartOffset(part, s1 + 1) : PartSize(part);
+}
+
+uint64_t Transform::ComputeAhead(ReadEngine& engine, int part, uint64_t from, uint64_t& segments,
+                                 std::optional<ByteRange> within) const {
+  if (!compute_ahead_) return PartSize(part);
+  uint64_t s = SegmentAt(part, from);
+  for (; s < this->segments() && segments > 0; ++s, --segments) {
+    if (engine.HasDerived(Key(s))) continue;
+    // Nobody waits: the chunk is cached for the reader that comes for it.
+    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, s, within),
+                       [](const StatusOr<std::shared_ptr<const Chunk>>&) {});
+  }
+  return s < this->segments() ? PartOffset(part, s) : PartSize(part);
 }
 
 void Transform::Compute(uint64_t s, std::span<const std::span<const std::byte>> source,

@@ -13,6 +13,11 @@
 //     -> done(pieces) once all are in, in order.
 //   Prefetch(engine, part, from, budget): the source bytes of the segments
 //   from `from` on that are neither computed nor being computed.
+//   ComputeAhead(engine, part, from, count): for a transform made to compute
+//   ahead, the next `count` segments from `from` computed now, each on the
+//   thread that delivers its source bytes (the engine's fetch workers), so a
+//   reader going through the output in order finds them done and the
+//   machine's cores work side by side.
 //
 // Output and parts. A transform's output may be split into parts that a view
 // file shows as separate tensors (NF4 codes, then their absmax values); a
@@ -78,12 +83,22 @@ class Transform : public std::enable_shared_from_this<Transform> {
   uint64_t Prefetch(ReadEngine& engine, int part, uint64_t from, uint64_t& source_budget,
                     std::optional<ByteRange> within) const;
 
+  // Whether a reader should have segments computed ahead of it (see the top).
+  bool compute_ahead() const { return compute_ahead_; }
+  // Starts computing the segments of part `part` from the one holding byte
+  // `from` on, `segments` of them at most (lowered by those it went through,
+  // computed before or not). Returns the part offset reached. Does nothing
+  // unless compute_ahead().
+  uint64_t ComputeAhead(ReadEngine& engine, int part, uint64_t from, uint64_t& segments,
+                        std::optional<ByteRange> within) const;
+
  protected:
   // `unit`: elements per block, row or head (a segment holds whole units);
   // segments hold about `segment_source_bytes` of source data. `kind` names
   // the computation and every parameter that changes its bytes: with the
   // source, it is what derived chunks are found by.
-  Transform(TransformSource source, int parts, uint64_t unit, uint64_t segment_source_bytes, std::string kind);
+  Transform(TransformSource source, int parts, uint64_t unit, uint64_t segment_source_bytes, std::string kind,
+            bool compute_ahead = false);
 
   // Bytes of part `part` for the first `n` elements (n a multiple of the
   // unit, or all).
@@ -111,6 +126,9 @@ class Transform : public std::enable_shared_from_this<Transform> {
   // The source bytes segment `s` needs (absolute).
   ByteRange SourceRange(uint64_t s) const;
   ChunkKey Key(uint64_t s) const;
+  // What computes segment `s`'s derived chunk: its source read through the
+  // engine, then Compute.
+  DeriveFn Deriver(ReadEngine& engine, uint64_t s, std::optional<ByteRange> within) const;
 
   // Computes segment `s` from its source bytes (in pieces as the cache holds
   // them) into `out` (SegmentBytes(s)).
@@ -123,6 +141,7 @@ class Transform : public std::enable_shared_from_this<Transform> {
   const uint64_t unit_;
   uint64_t units_per_segment_ = 1;
   const std::string key_;  // kind, unit, layout, source name and offset
+  const bool compute_ahead_;
 };
 
 }  // namespace tensorfs

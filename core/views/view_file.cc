@@ -29,6 +29,7 @@ void ViewFile::AddTransform(std::shared_ptr<const Transform> transform, int part
     source_bytes_ += source.range.length;
     AddRun(source.object.name, source.range);
   }
+  computes_ahead_ = computes_ahead_ || transform->compute_ahead();
   extents_.push_back(Extent{.kind = Extent::Kind::kTransform, .offset = size_, .length = length,
                             .transform = std::move(transform), .part = part});
   size_ += length;

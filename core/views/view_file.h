@@ -58,6 +58,8 @@ class ViewFile {
   uint64_t size() const { return size_; }
   // Source bytes the file is made from (each transformed tensor counted once).
   uint64_t source_bytes() const { return source_bytes_; }
+  // Some transform of the file computes ahead of its readers (transform.h).
+  bool computes_ahead() const { return computes_ahead_; }
   const std::vector<Extent>& extents() const { return extents_; }
   // OK, or why the file cannot be read.
   const Status& error() const { return error_; }
@@ -82,6 +84,7 @@ class ViewFile {
  private:
   uint64_t size_ = 0;
   uint64_t source_bytes_ = 0;
+  bool computes_ahead_ = false;
   std::vector<Extent> extents_;
   void AddRun(const std::string& object, ByteRange range);
   std::map<std::string, std::vector<ByteRange>, std::less<>> runs_;  // per source object, in file order

@@ -52,7 +52,23 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
     }
   }
   MaybePrefetch(*file, offset, end);
+  ComputeAhead(*file, end);
   gather->Issued();
+}
+
+void ViewReader::ComputeAhead(const ViewFile& file, uint64_t from) {
+  if (compute_ahead_ == 0 || !file.computes_ahead() || !file.error().ok()) return;
+  uint64_t segments = compute_ahead_;
+  const std::vector<Extent>& extents = file.extents();
+  // Within a window of the read: the tensors after it that copies fill.
+  const uint64_t horizon = from + window_;
+  for (size_t i = file.ExtentAt(from); i < extents.size() && segments > 0 && extents[i].offset < horizon; ++i) {
+    const Extent& e = extents[i];
+    if (e.kind != Extent::Kind::kTransform || e.part != 0 || !e.transform->compute_ahead()) continue;
+    const TransformSource& source = e.transform->source();
+    e.transform->ComputeAhead(engine_, 0, std::max(from, e.offset) - e.offset, segments,
+                              file.RunOf(source.object.name, source.range));
+  }
 }
 
 void ViewReader::MaybePrefetch(const ViewFile& file, uint64_t read_begin, uint64_t read_end) {
