@@ -9,6 +9,7 @@
 
 #include "core/safetensors/header.h"
 #include "core/safetensors/index.h"
+#include "core/views/gguf_view.h"
 #include "core/views/model_config.h"
 #include "core/views/quantize.h"
 #include "core/views/stacked.h"
@@ -333,6 +334,7 @@ std::string_view ViewDirName(ViewKind kind) {
     case ViewKind::kBf16: return "@bf16";
     case ViewKind::kF16: return "@f16";
     case ViewKind::kStacked: return "@stacked";
+    case ViewKind::kGguf: return "@gguf";
   }
   return "";
 }
@@ -375,6 +377,9 @@ std::vector<ViewEntry> BuildView(ViewKind kind, const ViewInput& input) {
     case ViewKind::kBf16:
     case ViewKind::kF16: return builder.Mirror(kind);
     case ViewKind::kStacked: return BuildStackedView(input);
+    case ViewKind::kGguf:
+      if (input.gguf == nullptr) return {};
+      return BuildGgufView(*input.gguf, input.scan->checkpoint, input.segment_bytes);
   }
   return {};
 }
