@@ -10,6 +10,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -151,7 +153,7 @@ StatusOr<TokenizerJson> ParseTokenizerJson(const std::string& text) {
   bool in_vocab = false;
   bool in_merges = false;
   std::string token;  // the vocab key whose id comes next
-  std::set<std::string, std::less<>> seen;
+  std::unordered_set<std::string> seen;
   std::string error;
   const auto at = [&](std::string_view first, std::string_view second) {
     return keys.size() >= 2 && keys[0] == first && keys[1] == second;
@@ -706,7 +708,8 @@ StatusOr<std::vector<AddedToken>> AddedTokensOf(const json& doc) {
 }
 
 Status RefuseDuplicates(const std::vector<std::string>& tokens, std::string_view what) {
-  std::map<std::string_view, size_t> first;
+  std::unordered_map<std::string_view, size_t> first;
+  first.reserve(tokens.size());
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (const auto [it, inserted] = first.emplace(tokens[i], i); !inserted) {
       return InvalidArgumentError(std::string(what) + " has the token " + Quoted(tokens[i]) + " twice (ids " +
@@ -750,61 +753,80 @@ StatusOr<GgufVocab> Gpt2Vocab(const TokenizerFiles& files, const TokenizerJson& 
 
   // tokenizer.vocab (get_vocab with added tokens): the model's, with each
   // added token's content at its id.
-  std::map<std::string, int64_t, std::less<>> token_to_id;
-  for (const auto& [token, id] : tj.vocab) token_to_id[token] = id;
+  // (Hash tables and an id-indexed vector: a vocabulary has 100k-250k tokens.)
+  std::unordered_map<std::string_view, int64_t> token_to_id;
+  token_to_id.reserve(tj.vocab.size());
+  for (const auto& [token, id] : tj.vocab) token_to_id.emplace(token, id);
   ASSIGN_OR_RETURN(const std::vector<AddedToken> added, AddedTokensOf(tj.doc));
-  std::map<int64_t, const AddedToken*> added_by_id;
-  std::set<std::string_view> added_contents;
+  std::unordered_map<int64_t, const AddedToken*> added_by_id;
+  std::unordered_set<std::string_view> added_contents;
   for (const AddedToken& t : added) {
     if (const auto it = token_to_id.find(t.content); it != token_to_id.end() && it->second != t.id) {
       return InvalidArgumentError("tokenizer.json has " + Quoted(t.content) + " both as token " +
                                   std::to_string(it->second) + " and as added token " + std::to_string(t.id));
     }
-    token_to_id[t.content] = t.id;
     if (!added_by_id.emplace(t.id, &t).second) {
       return InvalidArgumentError("tokenizer.json has two added tokens with the id " + std::to_string(t.id));
     }
     added_contents.insert(t.content);
   }
-  std::map<int64_t, std::string_view> id_to_token;
-  for (const auto& [token, id] : token_to_id) {
-    if (const auto [it, inserted] = id_to_token.emplace(id, token); !inserted) {
-      return InvalidArgumentError("tokenizer.json gives the id " + std::to_string(id) + " to both " + Quoted(it->second) +
-                                  " and " + Quoted(token));
+  int64_t max_id = 0;
+  std::string_view max_token;
+  const auto note_max = [&](int64_t id, std::string_view token) {
+    if (id >= max_id) {
+      max_id = id;
+      max_token = token;
     }
+  };
+  for (const auto& [token, id] : tj.vocab) note_max(id, token);
+  for (const AddedToken& t : added) note_max(t.id, t.content);
+  ASSIGN_OR_RETURN(const std::optional<uint64_t> config_vocab, ConfigInt(config, {"vocab_size"}));
+  const uint64_t distinct = tj.vocab.size() + std::count_if(added.begin(), added.end(), [&](const AddedToken& t) {
+                              return !token_to_id.count(t.content);
+                            });
+  const uint64_t vocab_size = config_vocab.value_or(distinct);
+  if (static_cast<uint64_t>(max_id) >= vocab_size) {
+    return InvalidArgumentError("tokenizer.json has the token id " + std::to_string(max_id) + " (" +
+                                Quoted(max_token) + "), past config.json's vocab_size of " + std::to_string(vocab_size));
   }
+  std::vector<std::string_view> id_to_token(vocab_size);
+  std::vector<bool> has_id(vocab_size, false);
+  const auto claim = [&](int64_t id, std::string_view token) -> Status {
+    if (has_id[id]) {
+      if (id_to_token[id] == token) return OkStatus();
+      return InvalidArgumentError("tokenizer.json gives the id " + std::to_string(id) + " to both " +
+                                  Quoted(id_to_token[id]) + " and " + Quoted(token));
+    }
+    has_id[id] = true;
+    id_to_token[id] = token;
+    return OkStatus();
+  };
+  for (const auto& [token, id] : tj.vocab) RETURN_IF_ERROR(claim(id, token));
+  for (const AddedToken& t : added) RETURN_IF_ERROR(claim(t.id, t.content));
   // tokenizer_config.json's added_tokens_decoder must agree with tokenizer.json.
   if (const json& decoder = Member(tc, "added_tokens_decoder"); decoder.is_object()) {
     for (const auto& [key, entry] : decoder.items()) {
       const json& content = Member(entry, "content");
-      const auto it = id_to_token.find(std::strtoll(key.c_str(), nullptr, 10));
-      if (!content.is_string() || it == id_to_token.end() || it->second != content.get<std::string>()) {
+      const long long id = std::strtoll(key.c_str(), nullptr, 10);
+      if (!content.is_string() || id < 0 || static_cast<uint64_t>(id) >= vocab_size || !has_id[id] ||
+          id_to_token[id] != content.get<std::string>()) {
         return InvalidArgumentError("tokenizer_config.json's added token " + key + " (" +
                                     (content.is_string() ? Quoted(content.get<std::string>()) : content.dump()) +
                                     ") is not tokenizer.json's");
       }
     }
   }
-  ASSIGN_OR_RETURN(const std::optional<uint64_t> config_vocab, ConfigInt(config, {"vocab_size"}));
-  const uint64_t vocab_size = config_vocab.value_or(token_to_id.size());
-  const int64_t max_id = id_to_token.rbegin()->first;
-  if (static_cast<uint64_t>(max_id) >= vocab_size) {
-    return InvalidArgumentError("tokenizer.json has the token id " + std::to_string(max_id) + " (" +
-                                Quoted(id_to_token.rbegin()->second) + "), past config.json's vocab_size of " +
-                                std::to_string(vocab_size));
-  }
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   tokens.reserve(vocab_size);
   types.reserve(vocab_size);
   for (uint64_t i = 0; i < vocab_size; ++i) {
-    const auto it = id_to_token.find(static_cast<int64_t>(i));
-    if (it == id_to_token.end()) {
+    if (!has_id[i]) {
       tokens.push_back("[PAD" + std::to_string(i) + "]");
       types.push_back(kUnused);
       continue;
     }
-    std::string token(it->second);
+    std::string token(id_to_token[i]);
     if (added_contents.count(token)) {
       const AddedToken& a = *added_by_id.at(static_cast<int64_t>(i));
       if (!a.normalized) RETURN_IF_ERROR(CheckRoundTrip(token, a.id));
@@ -867,16 +889,7 @@ Status CheckSentencePieceModel(const SentencePieceModel& spm, bool add_space_pre
                   (add_space_prefix ? "to add one" : "not to"));
   }
   if (!spm.byte_fallback) {
-    return Refuse("tokenizer.model has no byte fallback: llama.cpp would spell unknown characters in byte tokens");
-  }
-  std::set<std::string_view> bytes;
-  for (const SentencePieceModel::Piece& p : spm.pieces) {
-    if (p.type == SentencePieceModel::kByte) bytes.insert(p.piece);
-  }
-  for (int b = 0; b < 256; ++b) {
-    char name[8];
-    std::snprintf(name, sizeof name, "<0x%02X>", b);
-    if (!bytes.count(name)) return Refuse(std::string("tokenizer.model has no byte piece ") + name);
+    return Refuse("tokenizer.model has no byte fallback: where sentencepiece gives <unk>, llama.cpp spells bytes");
   }
   return OkStatus();
 }
@@ -977,6 +990,16 @@ StatusOr<GgufVocab> SentencePieceVocab(const TokenizerFiles& files, const Tokeni
     }
   }
   RETURN_IF_ERROR(RefuseDuplicates(tokens, "the converted SentencePiece vocabulary"));
+  // llama.cpp spells what no token covers in byte tokens, looked up by their
+  // text: all 256 must be there, after the added tokens too.
+  {
+    const std::set<std::string_view> present(tokens.begin(), tokens.end());
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      if (!present.count(name)) return Refuse(std::string("the SentencePiece vocabulary has no byte token ") + name);
+    }
+  }
 
   GgufVocab vocab;
   vocab.tokens = tokens.size();

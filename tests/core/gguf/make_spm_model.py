@@ -34,6 +34,8 @@ MODELS = {
     "llama": dict(add_dummy_prefix=True),
     # Gemma-like: the same without the dummy prefix, and a user-defined piece.
     "gemma": dict(add_dummy_prefix=False, user_defined_symbols=["<start_of_turn>"]),
+    # BPE without byte fallback (unknown characters become <unk>).
+    "nobytes": dict(byte_fallback=False, vocab_size=150),
     # Default trainer settings: a unigram model with NFKC normalization.
     "unigram": dict(model_type="unigram", byte_fallback=False, normalization_rule_name="nmt_nfkc",
                     remove_extra_whitespaces=True, vocab_size=100),

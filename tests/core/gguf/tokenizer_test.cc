@@ -485,7 +485,7 @@ TEST(TokenizerArchTest, UnknownArchitectureIsRefused) {
 // Models trained by Debian's python3-sentencepiece (make_spm_model.py), with
 // what its API reports of each.
 const std::string& SpmDir() {
-  return testing::SharedData("gguf_tokenizer_test/spm-models-v1", [](const std::string& dir) {
+  return testing::SharedData("gguf_tokenizer_test/spm-models-v2", [](const std::string& dir) {
     const testing::CommandResult r = testing::RunCommand("/usr/bin/python3 " TENSORFS_SOURCE_DIR
                                                          "/tests/core/gguf/make_spm_model.py " + dir + " 2>&1");
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -513,7 +513,7 @@ int32_t ApiType(const json& p) {
 }
 
 TEST(SentencePieceModelTest, PiecesMatchSentencepiecesApi) {
-  for (const std::string name : {"llama", "gemma", "unigram"}) {
+  for (const std::string name : {"llama", "gemma", "nobytes", "unigram"}) {
     SCOPED_TRACE(name);
     const StatusOr<SentencePieceModel> model = ParseSentencePieceModel(SpmModel(name));
     ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -650,6 +650,17 @@ TEST(SentencePieceVocabTest, DummyPrefixUnlikeTheFilesIsRefused) {
 TEST(SentencePieceVocabTest, UnigramModelIsRefused) {
   EXPECT_EQ(Refusal(SpmFiles("unigram")),
             "tokenizer.model is a SentencePiece unigram model; llama.cpp tokenizes SentencePiece vocabularies as BPE");
+}
+
+TEST(SentencePieceVocabTest, ModelWithoutByteFallbackIsRefused) {
+  EXPECT_EQ(Refusal(SpmFiles("nobytes")),
+            "tokenizer.model has no byte fallback: where sentencepiece gives <unk>, llama.cpp spells bytes");
+}
+
+TEST(SentencePieceVocabTest, AddedTokenReplacingAByteTokenIsRefused) {
+  TokenizerFiles files = SpmFiles("llama");
+  files.added_tokens_json = json({{"<tool>", 10}}).dump();  // piece 10 is <0x07>
+  EXPECT_EQ(Refusal(files), "the SentencePiece vocabulary has no byte token <0x07>");
 }
 
 TEST(SentencePieceVocabTest, MorePiecesThanVocabSizeIsRefused) {
