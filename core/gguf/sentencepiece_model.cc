@@ -70,6 +70,19 @@ class MessageReader {
     return CorruptError(what_ + " is malformed at byte " + std::to_string(base_ + at) + ": " + problem);
   }
 
+  // A bool (varint) or string (length-delimited) field's value, checking its
+  // wire type.
+  Status Read(const Field& f, const char* name, bool* out) const {
+    RETURN_IF_ERROR(Expect(f, kVarint, name));
+    *out = f.integer != 0;
+    return OkStatus();
+  }
+  Status Read(const Field& f, const char* name, std::string* out) const {
+    RETURN_IF_ERROR(Expect(f, kLengthDelimited, name));
+    *out = std::string(f.bytes);
+    return OkStatus();
+  }
+
   // A field of the expected wire type, or an error naming it.
   Status Expect(const Field& f, uint32_t wire_type, const char* name) const {
     if (f.wire_type == wire_type) return OkStatus();
@@ -104,8 +117,7 @@ Status ParsePiece(std::string_view bytes, size_t base, size_t index, SentencePie
     ASSIGN_OR_RETURN(const Field f, r.Next());
     switch (f.number) {
       case 1:
-        RETURN_IF_ERROR(r.Expect(f, kLengthDelimited, "piece"));
-        piece->piece = std::string(f.bytes);
+        RETURN_IF_ERROR(r.Read(f, "piece", &piece->piece));
         has_piece = true;
         break;
       case 2:
@@ -131,21 +143,13 @@ Status ParseTrainerSpec(std::string_view bytes, size_t base, SentencePieceModel*
   MessageReader r(bytes, "tokenizer.model's trainer_spec", base);
   while (!r.done()) {
     ASSIGN_OR_RETURN(const Field f, r.Next());
-    switch (f.number) {
-      case 3:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "model_type"));
-        model->model_type = static_cast<int32_t>(f.integer);
-        break;
-      case 24:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "treat_whitespace_as_suffix"));
-        model->treat_whitespace_as_suffix = f.integer != 0;
-        break;
-      case 35:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "byte_fallback"));
-        model->byte_fallback = f.integer != 0;
-        break;
-      default:
-        break;
+    if (f.number == 3) {
+      RETURN_IF_ERROR(r.Expect(f, kVarint, "model_type"));
+      model->model_type = static_cast<int32_t>(f.integer);
+    } else if (f.number == 24) {
+      RETURN_IF_ERROR(r.Read(f, "treat_whitespace_as_suffix", &model->treat_whitespace_as_suffix));
+    } else if (f.number == 35) {
+      RETURN_IF_ERROR(r.Read(f, "byte_fallback", &model->byte_fallback));
     }
   }
   return OkStatus();
@@ -155,34 +159,17 @@ Status ParseNormalizerSpec(std::string_view bytes, size_t base, SentencePieceMod
   MessageReader r(bytes, "tokenizer.model's normalizer_spec", base);
   while (!r.done()) {
     ASSIGN_OR_RETURN(const Field f, r.Next());
+    Status s;
     switch (f.number) {
-      case 1:
-        RETURN_IF_ERROR(r.Expect(f, kLengthDelimited, "name"));
-        model->normalizer_name = std::string(f.bytes);
-        break;
-      case 2:
-        RETURN_IF_ERROR(r.Expect(f, kLengthDelimited, "precompiled_charsmap"));
-        model->precompiled_charsmap = std::string(f.bytes);
-        break;
-      case 3:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "add_dummy_prefix"));
-        model->add_dummy_prefix = f.integer != 0;
-        break;
-      case 4:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "remove_extra_whitespaces"));
-        model->remove_extra_whitespaces = f.integer != 0;
-        break;
-      case 5:
-        RETURN_IF_ERROR(r.Expect(f, kVarint, "escape_whitespaces"));
-        model->escape_whitespaces = f.integer != 0;
-        break;
-      case 6:
-        RETURN_IF_ERROR(r.Expect(f, kLengthDelimited, "normalization_rule_tsv"));
-        model->normalization_rule_tsv = std::string(f.bytes);
-        break;
-      default:
-        break;
+      case 1: s = r.Read(f, "name", &model->normalizer_name); break;
+      case 2: s = r.Read(f, "precompiled_charsmap", &model->precompiled_charsmap); break;
+      case 3: s = r.Read(f, "add_dummy_prefix", &model->add_dummy_prefix); break;
+      case 4: s = r.Read(f, "remove_extra_whitespaces", &model->remove_extra_whitespaces); break;
+      case 5: s = r.Read(f, "escape_whitespaces", &model->escape_whitespaces); break;
+      case 6: s = r.Read(f, "normalization_rule_tsv", &model->normalization_rule_tsv); break;
+      default: break;
     }
+    RETURN_IF_ERROR(s);
   }
   return OkStatus();
 }

@@ -828,7 +828,11 @@ StatusOr<GgufVocab> Gpt2Vocab(const TokenizerFiles& files, const TokenizerJson& 
     }
     std::string token(id_to_token[i]);
     if (added_contents.count(token)) {
-      const AddedToken& a = *added_by_id.at(static_cast<int64_t>(i));
+      // The id holding an added token's content is that token's: a vocabulary
+      // token of the same content at another id was refused above.
+      const auto added_it = added_by_id.find(static_cast<int64_t>(i));
+      TENSORFS_CHECK(added_it != added_by_id.end());
+      const AddedToken& a = *added_it->second;
       if (!a.normalized) RETURN_IF_ERROR(CheckRoundTrip(token, a.id));
       if (a.special || LooksSpecial(token)) {
         types.push_back(kControl);
@@ -1073,6 +1077,12 @@ StatusOr<GgufVocab> ConvertTokenizer(const TokenizerFiles& files, const nlohmann
       if (IsLlamaHfTokenizer(*tj)) {
         return Refuse("tokenizer.json is a SentencePiece-style BPE (byte_fallback) without tokenizer.model: the "
                       "converter gives it flat scores, and llama.cpp would merge in another order than it");
+      }
+      if (add_space_prefix && before.Has("tokenizer.ggml.add_space_prefix")) {
+        // llama.cpp would then put a space before the text; whether the
+        // Hugging Face tokenizer does depends on its class.
+        return Refuse("tokenizer_config.json's add_prefix_space is true for a byte-level BPE tokenizer, which llama.cpp "
+                      "and the tokenizer's own class may treat differently");
       }
       return Gpt2Vocab(files, *tj, tc, config);
     };

@@ -442,6 +442,12 @@ TEST(SpecialVocabTest, AddPrefixSpaceOfALlamaTokenizerConfigIsWritten) {
   EXPECT_FALSE(Value<bool>(v, "tokenizer.ggml.add_space_prefix"));
 }
 
+TEST(SpecialVocabTest, AddPrefixSpaceTrueOfAByteLevelTokenizerIsRefused) {
+  EXPECT_EQ(Refusal(BpeFiles(Bpe{}, {{"add_prefix_space", true}})),
+            "tokenizer_config.json's add_prefix_space is true for a byte-level BPE tokenizer, which llama.cpp and the "
+            "tokenizer's own class may treat differently");
+}
+
 TEST(SpecialVocabTest, NegativeSpecialTokenIdIsRefused) {
   EXPECT_EQ(Refusal(BpeFiles(Bpe{}), {{"eos_token_id", -1}}), "special token eos has the id -1");
 }
