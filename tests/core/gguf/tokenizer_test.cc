@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,18 @@ struct Bpe {
   }
   std::string Text() const { return Json().dump(); }
 };
+
+json WithSpecialsForShapes() {
+  Bpe bpe;
+  bpe.ignore_merges = false;
+  bpe.regex = kQwen2Regex;
+  bpe.Added(6, "<s>", true);
+  bpe.post_processor = {{"type", "TemplateProcessing"},
+                        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                        {"pair", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}},
+                                              {{"Sequence", {{"id", "B"}}}}})}};
+  return bpe.Json();
+}
 
 TokenizerFiles BpeFiles(const Bpe& bpe, const json& tokenizer_config = nullptr) {
   TokenizerFiles files;
@@ -340,6 +353,42 @@ TEST(BpeTokenizerTest, NonIntegerIdIsRefused) {
   Bpe bpe;
   bpe.vocab["d"] = "six";
   EXPECT_EQ(Refusal(BpeFiles(bpe)), "tokenizer.json gives the token 'd' the id \"six\"");
+}
+
+TEST(BpeTokenizerTest, OddlyShapedFilesAreErrorsNotCrashes) {
+  // Every value replaced in turn by values of other JSON types: each
+  // conversion ends with a result or an error, never an exception or abort.
+  const json base = WithSpecialsForShapes();
+  const std::vector<json> others = {nullptr, 7, -1, "s", json::array(), json::array({1, "x"}), json::object(),
+                                    json::object({{"type", 3}})};
+  size_t conversions = 0;
+  std::function<void(json&, const std::function<void()>&)> each;
+  each = [&](json& node, const std::function<void()>& run) {
+    if (node.is_object()) {
+      for (auto& [k, v] : node.items()) each(v, run);
+    } else if (node.is_array()) {
+      for (auto& v : node) each(v, run);
+    }
+    const json saved = node;
+    for (const json& o : others) {
+      node = o;
+      run();
+    }
+    node = saved;
+  };
+  json doc = base;
+  json tc = {{"bos_token", "<s>"}, {"chat_template", json::array({{{"name", "default"}, {"template", "t"}}})},
+             {"added_tokens_decoder", {{"3", {{"content", "<s>"}}}}}};
+  const auto run = [&] {
+    TokenizerFiles files;
+    files.tokenizer_json = doc.dump();
+    files.tokenizer_config_json = tc.dump();
+    (void)ConvertTokenizer(files, {{"bos_token_id", 3}}, "qwen2");
+    ++conversions;
+  };
+  each(doc, run);
+  each(tc, run);
+  EXPECT_GT(conversions, 100u);
 }
 
 // ---- Special tokens (SpecialVocab) ----
