@@ -14,7 +14,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
-  python3-sentencepiece  # tests/gguf: trains the test's tokenizer.model and is the reference tokenizer for it
+  python3-sentencepiece  # trains the SentencePiece models of tests/core/gguf/tokenizer_test.cc and tests/gguf, and is tests/gguf's reference tokenizer
   man-db groff-base  # man -l checks the generated tensorfs(8) (tests/fs/command_line_test.cc, the .deb test)
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings

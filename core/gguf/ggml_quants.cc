@@ -243,6 +243,26 @@ TFS_LANES_INLINE void MakeQkx2Lanes(const F (&x)[G][n], const F (&w)[G][n], int 
 
 // ---- make_qx_quants with rmse_type 1 and no quant weights, lane j = sub-block j ----
 
+// One candidate scale of make_qx_quants: each element's level at iscale, and
+// the weighted sums sum(w x l) and sum(w l l), in element order.
+template <class F, class I, int G, int n>
+TFS_LANES_INLINE void QxCandidate(const F (&x)[G][n], const F (&w)[G][n], const F (&iscale)[G], int nmax,
+                                  I (&levels)[G][n], F (&sumlx)[G], F (&suml2)[G]) {
+  _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
+    sumlx[g] = F{};
+    suml2[g] = F{};
+  }
+  for (int i = 0; i < n; ++i) {
+    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
+      const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
+      levels[g][i] = l + nmax;
+      const F lf = __builtin_convertvector(l, F);
+      sumlx[g] += w[g][i] * x[g][i] * lf;
+      suml2[g] += w[g][i] * lf * lf;
+    }
+  }
+}
+
 template <class F, class I, int G, int n>
 TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F (&scale_out)[G]) {
   F max[G], amax[G];
@@ -259,24 +279,14 @@ TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F 
     }
   }
   I zero[G];  // these lanes: L = 0, scale 0
-  F w[G][n];
+  F w[G][n];  // rmse_type 1: x^2
   F iscale[G], sumlx[G], suml2[G];
   _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
     zero[g] = amax[g] < kGroupMaxEps;
     for (int i = 0; i < n; ++i) w[g][i] = x[g][i] * x[g][i];
     iscale[g] = static_cast<float>(-nmax) / max[g];
-    sumlx[g] = F{};
-    suml2[g] = F{};
   }
-  for (int i = 0; i < n; ++i) {
-    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-      const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
-      L[g][i] = l + nmax;
-      const F lf = __builtin_convertvector(l, F);
-      sumlx[g] += w[g][i] * x[g][i] * lf;
-      suml2[g] += w[g][i] * lf * lf;
-    }
-  }
+  QxCandidate(x, w, iscale, nmax, L, sumlx, suml2);
   F scale[G], best[G];
   _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
     scale[g] = Select(suml2[g] != 0.0f, sumlx[g] / suml2[g], F{});
@@ -286,20 +296,8 @@ TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F 
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
     const float numerator = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is));
-    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-      iscale[g] = numerator / max[g];
-      sumlx[g] = F{};
-      suml2[g] = F{};
-    }
-    for (int i = 0; i < n; ++i) {
-      _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-        const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
-        candidate[g][i] = l + nmax;
-        const F lf = __builtin_convertvector(l, F);
-        sumlx[g] += w[g][i] * x[g][i] * lf;
-        suml2[g] += w[g][i] * lf * lf;
-      }
-    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) iscale[g] = numerator / max[g];
+    QxCandidate(x, w, iscale, nmax, candidate, sumlx, suml2);
     _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
       const I better = (suml2[g] > 0.0f) & (sumlx[g] * sumlx[g] > best[g] * suml2[g]);
       for (int i = 0; i < n; ++i) L[g][i] = SelectI(better, candidate[g][i], L[g][i]);
@@ -677,9 +675,11 @@ struct Kernels {
 // copy padded with zeros, so that every lane group is whole.
 constexpr int kChunkBlocks = 4;
 
-template <int kNmax, class F, class I, int G>
-TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
-  constexpr size_t kBlockBytes = kNmax == 15 ? 144 : 176;
+// Calls chunk(src, n, first) for each run of n <= kChunkBlocks blocks from
+// block `first`; src holds kChunkBlocks whole blocks (the run's own, or a
+// copy of a last, shorter run padded with zeros).
+template <typename Chunk>
+TFS_LANES_INLINE void ForEachChunk(const float* x, size_t blocks, Chunk&& chunk) {
   for (size_t first = 0; first < blocks; first += kChunkBlocks) {
     const size_t n = blocks - first < kChunkBlocks ? blocks - first : kChunkBlocks;
     const float* src = x + kQK * first;
@@ -689,6 +689,16 @@ TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
       std::memcpy(padded, src, n * kQK * sizeof(float));
       src = padded;
     }
+    chunk(src, n, first);
+  }
+}
+
+// (The lambdas are always inlined too, so that they are compiled for the
+// kernel's own target.)
+template <int kNmax, class F, class I, int G>
+TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
+  constexpr size_t kBlockBytes = kNmax == 15 ? 144 : 176;
+  ForEachChunk(x, blocks, [&](const float* src, size_t n, size_t first) __attribute__((always_inline)) {
     float scales[8 * kChunkBlocks];
     float mins[8 * kChunkBlocks];
     uint8_t L[kQK * kChunkBlocks];
@@ -696,25 +706,17 @@ TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
     for (size_t b = 0; b < n; ++b) {
       FinishQ45KBlock<kNmax>(src + kQK * b, scales + 8 * b, mins + 8 * b, L + kQK * b, y + kBlockBytes * (first + b));
     }
-  }
+  });
 }
 
 template <class F, class I, int G>
 TFS_LANES_INLINE void Q6KRows(const float* x, size_t blocks, uint8_t* y) {
-  for (size_t first = 0; first < blocks; first += kChunkBlocks) {
-    const size_t n = blocks - first < kChunkBlocks ? blocks - first : kChunkBlocks;
-    const float* src = x + kQK * first;
-    float padded[kQK * kChunkBlocks];
-    if (n < kChunkBlocks) {
-      std::memset(padded, 0, sizeof padded);
-      std::memcpy(padded, src, n * kQK * sizeof(float));
-      src = padded;
-    }
+  ForEachChunk(x, blocks, [&](const float* src, size_t n, size_t first) __attribute__((always_inline)) {
     float scales[16 * kChunkBlocks];
     int8_t L[kQK * kChunkBlocks];
     SearchQ6K<F, I, G>(src, 16 * kChunkBlocks, scales, L);
     for (size_t b = 0; b < n; ++b) FinishQ6KBlock(src + kQK * b, scales + 16 * b, L + kQK * b, y + 210 * (first + b));
-  }
+  });
 }
 
 #define TFS_DEFINE_KERNELS(suffix, attribute, F, I, kG)                                                   \
