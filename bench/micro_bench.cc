@@ -19,6 +19,9 @@
 // and every segment computed once. Timed in CPU time of the whole process
 // (every thread); bytes_per_second counts SOURCE bytes.
 //
+// And ggml's quantizers for the @gguf/ view (Q8_0, Q4_K, Q6_K): float32
+// input bytes per second on one core.
+//
 // And the two copies a fetched byte takes (received into a chunk, then copied
 // out in the reply), in user space: replied once its whole 8 MiB chunk is in,
 // as the engine does, or each 1 MiB part as soon as it is in, while it may
@@ -43,6 +46,9 @@
 
 #include "core/engine/read_engine.h"
 #include "core/engine/slice_pattern.h"
+#include "core/gguf/ggml_quants.h"
+#include "core/gguf/ggml_quants_paths.h"
+#include "core/gguf/ggml_types.h"
 #include "core/safetensors/header.h"
 #include "core/safetensors/layers.h"
 #include "core/views/quantize.h"
@@ -439,6 +445,50 @@ BENCHMARK(BM_ViewReadCastBf16)->MeasureProcessCPUTime()->Unit(benchmark::kMillis
 BENCHMARK(BM_ViewReadGgufQ8_0)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ViewReadGgufQ4_K_M)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 
+// ggml's block formats for the @gguf/ files (core/gguf/ggml_quants.h), on
+// float32 weights already decoded, a chunk at a time as a read computes them.
+// bytes_per_second counts the FLOAT32 input (4 bytes an element), one core: a
+// BF16 source delivers the same elements in half the bytes. Each type runs on
+// the fastest path the CPU has (AVX2 where present) and, as *_Baseline, on the
+// SSE2 path every x86-64 has; both give the same bytes.
+void BM_QuantizeGguf(benchmark::State& state, GgmlType type, bool baseline) {
+  // Q8_0 is the view most read; the K types are about 15x slower, so fewer
+  // elements keep each iteration short.
+  const size_t elements = type == GgmlType::kQ8_0 ? kQuantElements : kQuantElements / 8;
+  std::vector<float> floats(elements);
+  {
+    const std::vector<std::byte>& src = SourceBytes(Dtype::BF16);
+    quant::DecodeFloats(Dtype::BF16, std::span(src).first(elements * 2), floats);
+  }
+  std::vector<std::byte> out(RowBytes(type, elements));
+  const size_t chunk = kChunkElements;  // a multiple of every block size
+  for (auto _ : state) {
+    for (size_t begin = 0; begin < elements; begin += chunk) {
+      const std::span<const float> x = std::span<const float>(floats).subspan(begin, chunk);
+      const std::span<std::byte> y =
+          std::span(out).subspan(begin / BlockElements(type) * BlockBytes(type), RowBytes(type, chunk));
+      if (baseline) {
+        QuantizeBlocksOn(QuantPath::kBaseline, type, x, y);
+      } else {
+        QuantizeBlocks(type, x, y);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(elements * 4));
+}
+void BM_QuantizeQ8_0(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ8_0, false); }
+void BM_QuantizeQ4_K(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ4_K, false); }
+void BM_QuantizeQ6_K(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ6_K, false); }
+void BM_QuantizeQ8_0_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ8_0, true); }
+void BM_QuantizeQ4_K_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ4_K, true); }
+void BM_QuantizeQ6_K_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ6_K, true); }
+BENCHMARK(BM_QuantizeQ8_0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ4_K)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ6_K)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ8_0_Baseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ4_K_Baseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ6_K_Baseline)->Unit(benchmark::kMillisecond);
 
 // A 256 MiB pool of chunk buffers (larger than any CPU's last-level cache, as
 // the cache's chunks are), a 16 MiB "socket" source and a 16 MiB "page cache"

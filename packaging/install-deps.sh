@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
+  python3-sentencepiece  # trains the SentencePiece models tests/core/gguf/tokenizer_test.cc converts
   man-db groff-base  # man -l checks the generated tensorfs(8) (tests/fs/command_line_test.cc, the .deb test)
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings

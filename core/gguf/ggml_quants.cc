@@ -12,8 +12,8 @@
 // rounds every product and sum to float32 on its own (x86-64 has no fused
 // multiply-add in its baseline, which ggml-base is built for), and a contracted
 // a*b+c would round once and change bits. Also -Wno-psabi: the lane kernels
-// below pass 256-bit vectors between functions that are always
-// inlined, so no call ever uses the ABI that warning is about.
+// below pass 256-bit vectors between functions that are always inlined, so no
+// call ever uses the ABI that warning is about.
 //
 // How the K types are made fast without changing a byte. Their cost is the
 // weighted search for each sub-block's scale (make_qkx2_quants: 21 candidate
@@ -31,8 +31,9 @@
 // clang++ does unasked.) All rely on the default floating-point environment
 // (round to nearest even, no flush-to-zero).
 //
-// Measured against ggml's own scalar code on one core (bench/micro_bench.cc's
-// BM_Quantize*): Q8_0 about 5x, Q4_K and Q6_K about 5-6x with AVX2.
+// Measured against ggml's own scalar code on one core (the same inputs as
+// bench/micro_bench.cc's BM_Quantize*): about 5x for Q8_0 and 6x for Q4_K and
+// Q6_K with AVX2; about 4x, 3x and 3x on the SSE2 path.
 
 namespace tensorfs {
 namespace {
@@ -243,6 +244,26 @@ TFS_LANES_INLINE void MakeQkx2Lanes(const F (&x)[G][n], const F (&w)[G][n], int 
 
 // ---- make_qx_quants with rmse_type 1 and no quant weights, lane j = sub-block j ----
 
+// One candidate scale of make_qx_quants: each element's level at iscale, and
+// the weighted sums sum(w x l) and sum(w l l), in element order.
+template <class F, class I, int G, int n>
+TFS_LANES_INLINE void QxCandidate(const F (&x)[G][n], const F (&w)[G][n], const F (&iscale)[G], int nmax,
+                                  I (&levels)[G][n], F (&sumlx)[G], F (&suml2)[G]) {
+  _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
+    sumlx[g] = F{};
+    suml2[g] = F{};
+  }
+  for (int i = 0; i < n; ++i) {
+    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
+      const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
+      levels[g][i] = l + nmax;
+      const F lf = __builtin_convertvector(l, F);
+      sumlx[g] += w[g][i] * x[g][i] * lf;
+      suml2[g] += w[g][i] * lf * lf;
+    }
+  }
+}
+
 template <class F, class I, int G, int n>
 TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F (&scale_out)[G]) {
   F max[G], amax[G];
@@ -259,24 +280,14 @@ TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F 
     }
   }
   I zero[G];  // these lanes: L = 0, scale 0
-  F w[G][n];
+  F w[G][n];  // rmse_type 1: x^2
   F iscale[G], sumlx[G], suml2[G];
   _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
     zero[g] = amax[g] < kGroupMaxEps;
     for (int i = 0; i < n; ++i) w[g][i] = x[g][i] * x[g][i];
     iscale[g] = static_cast<float>(-nmax) / max[g];
-    sumlx[g] = F{};
-    suml2[g] = F{};
   }
-  for (int i = 0; i < n; ++i) {
-    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-      const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
-      L[g][i] = l + nmax;
-      const F lf = __builtin_convertvector(l, F);
-      sumlx[g] += w[g][i] * x[g][i] * lf;
-      suml2[g] += w[g][i] * lf * lf;
-    }
-  }
+  QxCandidate(x, w, iscale, nmax, L, sumlx, suml2);
   F scale[G], best[G];
   _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
     scale[g] = Select(suml2[g] != 0.0f, sumlx[g] / suml2[g], F{});
@@ -286,20 +297,8 @@ TFS_LANES_INLINE void MakeQxLanes(const F (&x)[G][n], int nmax, I (&L)[G][n], F 
   for (int is = -9; is <= 9; ++is) {
     if (is == 0) continue;
     const float numerator = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(is));
-    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-      iscale[g] = numerator / max[g];
-      sumlx[g] = F{};
-      suml2[g] = F{};
-    }
-    for (int i = 0; i < n; ++i) {
-      _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
-        const I l = ClampLanes(NearestIntLanes<F, I>(iscale[g] * x[g][i]), -nmax, nmax - 1);
-        candidate[g][i] = l + nmax;
-        const F lf = __builtin_convertvector(l, F);
-        sumlx[g] += w[g][i] * x[g][i] * lf;
-        suml2[g] += w[g][i] * lf * lf;
-      }
-    }
+    _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) iscale[g] = numerator / max[g];
+    QxCandidate(x, w, iscale, nmax, candidate, sumlx, suml2);
     _Pragma("GCC unroll 4") for (int g = 0; g < G; ++g) {
       const I better = (suml2[g] > 0.0f) & (sumlx[g] * sumlx[g] > best[g] * suml2[g]);
       for (int i = 0; i < n; ++i) L[g][i] = SelectI(better, candidate[g][i], L[g][i]);
@@ -331,7 +330,7 @@ TFS_LANES_INLINE void Transpose(const float* x, F (&out)[n]) {
   for (int i = 0; i < n; ++i) out[i] = LoadLanes<F>(t[i]);
 }
 
-// ---- The K types, one 256-element block ----
+// ---- The K types ----
 
 // quantize_row_q4_K_ref (nmax 15, search -1 + 0.1 * [0, 20]) and
 // quantize_row_q5_K_ref (nmax 31, search -0.5 + 0.1 * [0, 15]): the same
@@ -677,9 +676,11 @@ struct Kernels {
 // copy padded with zeros, so that every lane group is whole.
 constexpr int kChunkBlocks = 4;
 
-template <int kNmax, class F, class I, int G>
-TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
-  constexpr size_t kBlockBytes = kNmax == 15 ? 144 : 176;
+// Calls chunk(src, n, first) for each run of n <= kChunkBlocks blocks from
+// block `first`; src holds kChunkBlocks whole blocks (the run's own, or a
+// copy of a last, shorter run padded with zeros).
+template <typename Chunk>
+TFS_LANES_INLINE void ForEachChunk(const float* x, size_t blocks, Chunk&& chunk) {
   for (size_t first = 0; first < blocks; first += kChunkBlocks) {
     const size_t n = blocks - first < kChunkBlocks ? blocks - first : kChunkBlocks;
     const float* src = x + kQK * first;
@@ -689,6 +690,16 @@ TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
       std::memcpy(padded, src, n * kQK * sizeof(float));
       src = padded;
     }
+    chunk(src, n, first);
+  }
+}
+
+// (The lambdas are always inlined too, so that they are compiled for the
+// kernel's own target.)
+template <int kNmax, class F, class I, int G>
+TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
+  constexpr size_t kBlockBytes = kNmax == 15 ? 144 : 176;
+  ForEachChunk(x, blocks, [&](const float* src, size_t n, size_t first) __attribute__((always_inline)) {
     float scales[8 * kChunkBlocks];
     float mins[8 * kChunkBlocks];
     uint8_t L[kQK * kChunkBlocks];
@@ -696,25 +707,17 @@ TFS_LANES_INLINE void Q45KRows(const float* x, size_t blocks, uint8_t* y) {
     for (size_t b = 0; b < n; ++b) {
       FinishQ45KBlock<kNmax>(src + kQK * b, scales + 8 * b, mins + 8 * b, L + kQK * b, y + kBlockBytes * (first + b));
     }
-  }
+  });
 }
 
 template <class F, class I, int G>
 TFS_LANES_INLINE void Q6KRows(const float* x, size_t blocks, uint8_t* y) {
-  for (size_t first = 0; first < blocks; first += kChunkBlocks) {
-    const size_t n = blocks - first < kChunkBlocks ? blocks - first : kChunkBlocks;
-    const float* src = x + kQK * first;
-    float padded[kQK * kChunkBlocks];
-    if (n < kChunkBlocks) {
-      std::memset(padded, 0, sizeof padded);
-      std::memcpy(padded, src, n * kQK * sizeof(float));
-      src = padded;
-    }
+  ForEachChunk(x, blocks, [&](const float* src, size_t n, size_t first) __attribute__((always_inline)) {
     float scales[16 * kChunkBlocks];
     int8_t L[kQK * kChunkBlocks];
     SearchQ6K<F, I, G>(src, 16 * kChunkBlocks, scales, L);
     for (size_t b = 0; b < n; ++b) FinishQ6KBlock(src + kQK * b, scales + 16 * b, L + kQK * b, y + 210 * (first + b));
-  }
+  });
 }
 
 #define TFS_DEFINE_KERNELS(suffix, attribute, F, I, kG)                                                   \

@@ -53,7 +53,9 @@ struct TensorTypeQuery {
   uint32_t head_count_kv = 0;
   // For Q4_K_M only: the file llama-quantize starts from, kMostlyF16 or
   // kMostlyBF16 (a bf16 checkpoint's). The tensors it does not quantize keep
-  // their type in that file.
+  // their type in that file; the ones it quantizes start from that file's
+  // values (so an f32 checkpoint's weights are rounded to F16 first, exactly
+  // as the converter's F16 file holds them, before QuantizeBlocks).
   GgufFileType quantize_from = GgufFileType::kMostlyF16;
 };
 
