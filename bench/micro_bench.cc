@@ -54,6 +54,7 @@
 #include "core/views/quantize.h"
 #include "core/vfs/namespace.h"
 #include "tests/support/checkpoint_gen.h"
+#include "tests/support/gguf_checkpoints.h"
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
@@ -374,15 +375,22 @@ BENCHMARK(BM_CastF32ToF16)->Unit(benchmark::kMillisecond);
 
 // Reads `path` of a cold mount over a checkpoint in memory (see the top).
 void ViewRead(benchmark::State& state, ViewKind kind, Dtype dtype, const std::string& path) {
-  static std::map<Dtype, testing::MemoryStore*> stores;
-  testing::MemoryStore*& store = stores[dtype];
+  static std::map<std::pair<bool, Dtype>, testing::MemoryStore*> stores;
+  testing::MemoryStore*& store = stores[{kind == ViewKind::kGguf, dtype}];
   if (store == nullptr) {
     store = new testing::MemoryStore;
-    testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
-                            .vocab = 4096, .dtype = dtype};
-    auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
-    if (!files.ok()) std::abort();
-    for (auto& [name, bytes] : *files) store->Put("m/" + name, bytes);
+    if (kind == ViewKind::kGguf) {
+      // A checkpoint the GGUF view converts (a byte-level BPE tokenizer).
+      const testing::GgufSpec spec{.layers = 4, .hidden = 1024, .intermediate = 2816, .heads = 8, .kv_heads = 8,
+                                   .dtype = dtype};
+      for (auto& [name, bytes] : testing::GgufCheckpointFiles(spec)) store->Put("m/" + name, bytes);
+    } else {
+      testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
+                              .vocab = 4096, .dtype = dtype};
+      auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
+      if (!files.ok()) std::abort();
+      for (auto& [name, bytes] : *files) store->Put("m/" + name, bytes);
+    }
   }
   const uint64_t source_bytes = store->Stat("m/model.safetensors")->size;
   for (auto _ : state) {
@@ -422,8 +430,20 @@ void BM_ViewReadNf4(benchmark::State& state) {
 void BM_ViewReadCastBf16(benchmark::State& state) {
   ViewRead(state, ViewKind::kBf16, Dtype::F32, "m/@bf16/model.safetensors");
 }
+// A GGUF file of a bf16 checkpoint read in order: every weight quantized (the
+// norms widened to F32) on the engine's workers, segments computed ahead of
+// the reader. Source bytes per CPU-second of the whole process: the link rate
+// one core keeps up with.
+void BM_ViewReadGgufQ8_0(benchmark::State& state) {
+  ViewRead(state, ViewKind::kGguf, Dtype::BF16, "m/@gguf/m-Q8_0.gguf");
+}
+void BM_ViewReadGgufQ4_K_M(benchmark::State& state) {
+  ViewRead(state, ViewKind::kGguf, Dtype::BF16, "m/@gguf/m-Q4_K_M.gguf");
+}
 BENCHMARK(BM_ViewReadNf4)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ViewReadCastBf16)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ViewReadGgufQ8_0)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ViewReadGgufQ4_K_M)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
 
 // ggml's block formats for the @gguf/ files (core/gguf/ggml_quants.h), on
 // float32 weights already decoded, a chunk at a time as a read computes them.

@@ -21,42 +21,55 @@ constexpr uint32_t kAlignment = 32;
 constexpr uint64_t kMaxGgufSideFileBytes = 256ull << 20;
 
 // A GGUF tensor computed from its source: decoded to float32, rows permuted
-// within each head (llama's q/k projections), quantized to `type`.
+// within each head (llama's q/k projections), rounded through the F16 or
+// BF16 file's type when llama-quantize starts from that file (Q4_K_M), and
+// quantized to `type`.
 class GgufTransform final : public Transform {
  public:
   // `row`: ne[0]. `cols`: elements per permuted row (the HF shape's second
   // dimension; 1 for a bias). `head_rows`: rows per head, 0 for no
-  // permutation.
+  // permutation. `through`: kF16 or kBF16 to round the values to first, kF32
+  // for none.
   GgufTransform(TransformSource source, GgmlType type, uint64_t row, uint64_t cols, uint64_t head_rows,
-                uint64_t segment_source_bytes)
+                GgmlType through, uint64_t segment_source_bytes)
       : Transform(std::move(source), 1, std::max(row, head_rows * cols), segment_source_bytes,
                   "gguf" + std::to_string(static_cast<uint32_t>(type)) + ":" + std::to_string(row) + ":" +
-                      std::to_string(head_rows),
+                      std::to_string(head_rows) + ":" + std::to_string(static_cast<uint32_t>(through)),
                   /*compute_ahead=*/true),
         type_(type),
         row_(row),
         row_bytes_(RowBytes(type, row)),
         cols_(cols),
-        head_rows_(head_rows) {}
+        head_rows_(head_rows),
+        through_(through) {}
 
  private:
   uint64_t PartBytes(int, uint64_t n) const override { return n / row_ * row_bytes_; }
 
   void Emit(std::span<const float> x, std::span<const std::span<std::byte>> out) const override {
-    if (head_rows_ == 0) return QuantizeBlocks(type_, x, out[0]);
-    // LlamaModel.permute: W.reshape(heads, 2, d/2, cols).swapaxes(1, 2).
-    thread_local std::vector<float> permuted;
-    permuted.resize(x.size());
-    const uint64_t head = head_rows_ * cols_;
-    const uint64_t half = head_rows_ / 2;
-    for (uint64_t h = 0; h < x.size(); h += head) {
-      for (uint64_t i = 0; i < half; ++i) {
-        for (uint64_t j = 0; j < 2; ++j) {
-          std::memcpy(&permuted[h + (2 * i + j) * cols_], &x[h + (j * half + i) * cols_], cols_ * sizeof(float));
+    if (head_rows_ == 0 && through_ == GgmlType::kF32) return QuantizeBlocks(type_, x, out[0]);
+    thread_local std::vector<float> values;
+    values.resize(x.size());
+    if (head_rows_ == 0) {
+      std::copy(x.begin(), x.end(), values.begin());
+    } else {
+      // LlamaModel.permute: W.reshape(heads, 2, d/2, cols).swapaxes(1, 2).
+      const uint64_t head = head_rows_ * cols_;
+      const uint64_t half = head_rows_ / 2;
+      for (uint64_t h = 0; h < x.size(); h += head) {
+        for (uint64_t i = 0; i < half; ++i) {
+          for (uint64_t j = 0; j < 2; ++j) {
+            std::memcpy(&values[h + (2 * i + j) * cols_], &x[h + (j * half + i) * cols_], cols_ * sizeof(float));
+          }
         }
       }
     }
-    QuantizeBlocks(type_, permuted, out[0]);
+    if (through_ == GgmlType::kF16) {
+      for (float& v : values) v = Fp16ToFp32(Fp32ToFp16(v));
+    } else if (through_ == GgmlType::kBF16) {
+      for (float& v : values) v = Bf16ToFp32(Fp32ToBf16(v));
+    }
+    QuantizeBlocks(type_, values, out[0]);
   }
 
   const GgmlType type_;
@@ -64,6 +77,7 @@ class GgufTransform final : public Transform {
   const uint64_t row_bytes_;
   const uint64_t cols_;
   const uint64_t head_rows_;
+  const GgmlType through_;
 };
 
 // The source's own bytes serve a tensor of this GGUF type.
@@ -101,6 +115,11 @@ std::shared_ptr<ViewFile> BuildFile(const GgufModel& model, const Checkpoint& ch
     } else {
       const CatalogEntry& e = *t.source;
       const ObjectInfo& object = checkpoint.files()[e.file_index].object;
+      // llama-quantize quantizes the values the F16/BF16 file holds: the
+      // source rounded to that file's type, when it quantizes the tensor.
+      const GgmlType stored = model.TypeOf(t, model.float_file_type);
+      const bool rounded = file_type == GgufFileType::kMostlyQ4_K_M && type != stored &&
+                           (stored == GgmlType::kF16 || stored == GgmlType::kBF16) && !SameEncoding(e.dtype, stored);
       if (t.permute_heads == 0 && SameEncoding(e.dtype, type)) {
         file->AddSource(object, e.range);
       } else {
@@ -112,7 +131,7 @@ std::shared_ptr<ViewFile> BuildFile(const GgufModel& model, const Checkpoint& ch
         auto transform = std::make_shared<GgufTransform>(
             TransformSource{.object = object, .tensor = e.name, .range = e.range, .dtype = e.dtype,
                             .elements = elements},
-            type, t.ne[0], cols, head_rows, segment_bytes);
+            type, t.ne[0], cols, head_rows, rounded ? stored : GgmlType::kF32, segment_bytes);
         TENSORFS_CHECK(transform->PartSize(0) == layout->sizes[i]);
         file->AddTransform(std::move(transform), 0);
       }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <tuple>
 #include <variant>
 
 #include "core/gguf/ggml_quants.h"
@@ -573,6 +574,33 @@ TEST_F(GgufViewTest, TensorBytesAreTheConvertersForF32F16AndQ8_0) {
   const std::string gap = q8->substr(pq.data_start + first->offset + TensorSize(*first),
                                      pq.tensors[1].offset - first->offset - TensorSize(*first));
   EXPECT_EQ(gap, std::string(gap.size(), '\0'));
+}
+
+// llama-quantize makes Q4_K_M from the converter's F16 file: an f32
+// checkpoint's weights are rounded to F16 before they are quantized, and
+// llama's q rows are permuted first.
+TEST_F(GgufViewTest, Q4_K_MQuantizesWhatTheF16FileHolds) {
+  const GgufSpec spec{.dtype = Dtype::F32};
+  Put(spec);
+  Mount();
+  StatusOr<std::string> bytes = ReadAll("m/@gguf/m-Q4_K_M.gguf");
+  ASSERT_TRUE(bytes.ok()) << bytes.status().message();
+  const Parsed p = ParseGguf(*bytes);
+  const uint64_t h = spec.hidden;
+  for (const auto& [hf, gguf, heads] : std::vector<std::tuple<std::string, std::string, uint64_t>>{
+           {"model.layers.0.self_attn.q_proj.weight", "blk.0.attn_q.weight", spec.heads},
+           {"model.layers.1.mlp.up_proj.weight", "blk.1.ffn_up.weight", 0}}) {
+    const std::vector<uint64_t> shape = hf.find("q_proj") != std::string::npos ? std::vector<uint64_t>{h, h}
+                                                                                : std::vector<uint64_t>{spec.intermediate, h};
+    std::vector<float> x = SourceFloats(hf, Dtype::F32, shape);
+    if (heads != 0) x = Permuted(x, shape[0], shape[1], heads);
+    for (float& v : x) v = Fp16ToFp32(Fp32ToFp16(v));
+    std::string want(x.size() / 256 * 144, '\0');
+    QuantizeBlocks(GgmlType::kQ4_K, x, std::as_writable_bytes(std::span<char>(want)));
+    ASSERT_NE(Find(p, gguf), nullptr) << gguf;
+    EXPECT_EQ(Find(p, gguf)->type, kQ4_KType);
+    EXPECT_TRUE(TensorBytes(*bytes, p, gguf) == want) << gguf;
+  }
 }
 
 TEST_F(GgufViewTest, BiasesOfLlamasQAndKArePermutedToo) {
