@@ -361,6 +361,16 @@ uint32_t ExpectedType(const std::string& name, const std::vector<uint64_t>& ne, 
   return kQ4_KType;
 }
 
+TEST(GgufViewOptionTest, GgufIsAViewOfTheList) {
+  StatusOr<std::vector<ViewKind>> views = ParseViewList("gguf");
+  ASSERT_TRUE(views.ok()) << views.status().message();
+  EXPECT_THAT(*views, ElementsAre(ViewKind::kGguf));
+  EXPECT_EQ(ViewDirName(ViewKind::kGguf), "@gguf");
+  EXPECT_THAT(*ParseViewList("all"), Contains(ViewKind::kGguf));
+  EXPECT_EQ(GgufNameOfSource("gs://bucket/models/Qwen3-8B/"), "Qwen3-8B");
+  EXPECT_EQ(GgufNameOfSource("/data/llama"), "llama");
+}
+
 TEST_F(GgufViewTest, LlamaHasThreeFilesNamedAfterItsDirectory) {
   Put({.dtype = Dtype::BF16}, "models/tiny-llama/");
   Mount();
