@@ -2,7 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -385,6 +387,24 @@ std::string ShapeText(const std::vector<uint64_t>& ne) {
   return s + "}";
 }
 
+// llama.cpp's vocabulary loader looks tokens up by the model's name: one
+// named like Phi-3 must have these (llama_vocab::impl::load, token attributes
+// "by model/tokenizer/architecture name"), or the load fails.
+Status CheckNameRules(std::string_view name, const GgufMetadata& vocab) {
+  std::string lower(name);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.find("phi-3") == std::string::npos && lower.find("phi3") == std::string::npos) return OkStatus();
+  const auto* tokens = vocab.Get<std::vector<std::string>>("tokenizer.ggml.tokens");
+  for (std::string_view token : {"</s>", "<unk>", "<s>", "<|endoftext|>"}) {
+    if (tokens == nullptr || std::find(tokens->begin(), tokens->end(), token) == tokens->end()) {
+      return UnimplementedError("llama.cpp gives a model named like Phi-3 (\"" + std::string(name) +
+                                "\") attributes of the token " + std::string(token) +
+                                ", which this vocabulary lacks: its load would fail");
+    }
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 GgmlType GgufModel::TypeOf(const GgufTensorPlan& tensor, GgufFileType file_type) const {
@@ -524,6 +544,7 @@ StatusOr<GgufModel> PlanGgufModel(const Json& config, std::string_view arch, con
   }
   m.SetU32("general.quantization_version", 2);
   m.Merge(vocab_metadata);
+  RETURN_IF_ERROR(CheckNameRules(model.name, vocab_metadata));
 
   // Tensors: the computed ones first (generate_extra_tensors), then the
   // checkpoint's in storage order.

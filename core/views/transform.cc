@@ -87,27 +87,33 @@ ByteRange Transform::SourceRange(uint64_t s) const {
 // name and generation, where its bytes start) and how.
 ChunkKey Transform::Key(uint64_t s) const { return ChunkKey{ObjectId{key_, source_.object.generation}, s}; }
 
-DeriveFn Transform::Deriver(ReadEngine& engine, uint64_t s, std::optional<ByteRange> within) const {
-  return [self = shared_from_this(), &engine, s, within](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
+DeriveFn Transform::Deriver(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, uint64_t s,
+                            std::optional<ByteRange> within) const {
+  return [self = shared_from_this(), &engine, pool, s,
+          within](std::function<void(StatusOr<std::shared_ptr<Chunk>>)> publish) {
     const ByteRange src = self->SourceRange(s);
     engine.Read(
         self->source_.object, src.offset, src.length,
-        [self, s, src, publish = std::move(publish)](StatusOr<ReadResult> result) {
+        [self, pool, s, src, publish = std::move(publish)](StatusOr<ReadResult> result) {
           if (!result.ok()) return publish(result.status().WithContext("cannot compute " + self->source_.tensor));
           if (result->size() != src.length) {
             return publish(InternalError("source object is shorter than the catalog says"));
           }
-          auto chunk = std::make_shared<Chunk>(ByteRange{0, self->SegmentBytes(s)});
-          self->Compute(s, result->pieces, chunk->writable());
-          publish(std::move(chunk));
+          auto compute = [self, s, source = std::move(*result), publish] {
+            auto chunk = std::make_shared<Chunk>(ByteRange{0, self->SegmentBytes(s)});
+            self->Compute(s, source.pieces, chunk->writable());
+            publish(std::move(chunk));
+          };
+          if (pool == nullptr) return compute();
+          pool->Post(std::move(compute));
         },
         // The source bytes live on in the derived chunk: consumed.
         ReadHints{.prefetch = false, .delivered = true, .within = within});
   };
 }
 
-void Transform::Read(ReadEngine& engine, int part, ByteRange range, std::optional<ByteRange> within,
-                     ReadDone done) const {
+void Transform::Read(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, int part, ByteRange range,
+                     std::optional<ByteRange> within, ReadDone done) const {
   TENSORFS_CHECK(!range.empty() && range.end() <= PartSize(part));
   const uint64_t first = SegmentAt(part, range.offset);
   const uint64_t last = SegmentAt(part, range.end() - 1);
@@ -117,7 +123,7 @@ void Transform::Read(ReadEngine& engine, int part, ByteRange range, std::optiona
     const uint64_t from = std::max(range.offset, seg_begin);
     const uint64_t to = std::min(range.end(), PartEnd(part, s));
     const uint64_t in_chunk = OffsetInSegment(part, s) + (from - seg_begin);
-    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, s, within),
+    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, pool, s, within),
                        [gather, slot = s - first, in_chunk, length = to - from](
                            const StatusOr<std::shared_ptr<const Chunk>>& chunk) {
                          if (!chunk.ok()) return gather->Fail(chunk.status());
@@ -145,14 +151,14 @@ uint64_t Transform::Prefetch(ReadEngine& engine, int part, uint64_t from, uint64
   return s1 + 1 < segments() ? PartOffset(part, s1 + 1) : PartSize(part);
 }
 
-uint64_t Transform::ComputeAhead(ReadEngine& engine, int part, uint64_t from, uint64_t& segments,
-                                 std::optional<ByteRange> within) const {
+uint64_t Transform::ComputeAhead(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, int part,
+                                 uint64_t from, uint64_t& segments, std::optional<ByteRange> within) const {
   if (!compute_ahead_) return PartSize(part);
   uint64_t s = SegmentAt(part, from);
   for (; s < this->segments() && segments > 0; ++s, --segments) {
     if (engine.HasDerived(Key(s))) continue;
     // Nobody waits: the chunk is cached for the reader that comes for it.
-    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, s, within),
+    engine.ReadDerived(Key(s), SegmentBytes(s), Deriver(engine, pool, s, within),
                        [](const StatusOr<std::shared_ptr<const Chunk>>&) {});
   }
   return s < this->segments() ? PartOffset(part, s) : PartSize(part);

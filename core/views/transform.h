@@ -9,15 +9,16 @@
 //        attention heads; a quantized block never straddles two segments)
 //     -> each a derived chunk (ReadEngine::ReadDerived): cached, being
 //        computed (joined), or computed now from the segment's source range,
-//        read through the engine, on the thread that delivered those bytes
+//        read through the engine, on a thread of the ComputePool (or, without
+//        one, on the thread that delivered those bytes)
 //     -> done(pieces) once all are in, in order.
 //   Prefetch(engine, part, from, budget): the source bytes of the segments
 //   from `from` on that are neither computed nor being computed.
 //   ComputeAhead(engine, part, from, count): for a transform made to compute
 //   ahead, the next `count` segments from `from` computed now, each on the
-//   thread that delivers its source bytes (the engine's fetch workers), so a
-//   reader going through the output in order finds them done and the
-//   machine's cores work side by side.
+//   pool as soon as its source bytes are in, so a reader going through the
+//   output in order finds them done and the machine's cores work side by
+//   side.
 //
 // Output and parts. A transform's output may be split into parts that a view
 // file shows as separate tensors (NF4 codes, then their absmax values); a
@@ -45,6 +46,7 @@
 #include "core/safetensors/dtype.h"
 #include "core/store/object_store.h"
 #include "core/util/types.h"
+#include "core/views/compute_pool.h"
 
 namespace tensorfs {
 
@@ -73,7 +75,10 @@ class Transform : public std::enable_shared_from_this<Transform> {
   // PartSize(part)) and calls `done` exactly once, on any thread, maybe before
   // returning. `within`: the run of source bytes of the view file that holds
   // this transform's source (ReadHints::within) for the source reads.
-  void Read(ReadEngine& engine, int part, ByteRange range, std::optional<ByteRange> within, ReadDone done) const;
+  // `pool`: where segments are computed (null: on the thread that delivers
+  // their source bytes).
+  void Read(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, int part, ByteRange range,
+            std::optional<ByteRange> within, ReadDone done) const;
 
   // Requests, at prefetch priority, the source bytes of part `part` from its
   // byte `from` on, up to `source_budget` source bytes (lowered by what it
@@ -89,8 +94,8 @@ class Transform : public std::enable_shared_from_this<Transform> {
   // `from` on, `segments` of them at most (lowered by those it went through,
   // computed before or not). Returns the part offset reached. Does nothing
   // unless compute_ahead().
-  uint64_t ComputeAhead(ReadEngine& engine, int part, uint64_t from, uint64_t& segments,
-                        std::optional<ByteRange> within) const;
+  uint64_t ComputeAhead(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, int part, uint64_t from,
+                        uint64_t& segments, std::optional<ByteRange> within) const;
 
  protected:
   // `unit`: elements per block, row or head (a segment holds whole units);
@@ -128,7 +133,8 @@ class Transform : public std::enable_shared_from_this<Transform> {
   ChunkKey Key(uint64_t s) const;
   // What computes segment `s`'s derived chunk: its source read through the
   // engine, then Compute.
-  DeriveFn Deriver(ReadEngine& engine, uint64_t s, std::optional<ByteRange> within) const;
+  DeriveFn Deriver(ReadEngine& engine, const std::shared_ptr<ComputePool>& pool, uint64_t s,
+                   std::optional<ByteRange> within) const;
 
   // Computes segment `s` from its source bytes (in pieces as the cache holds
   // them) into `out` (SegmentBytes(s)).

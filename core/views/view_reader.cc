@@ -45,7 +45,7 @@ void ViewReader::Read(std::shared_ptr<const ViewFile> file, uint64_t offset, siz
         break;
       case Extent::Kind::kTransform: {
         const TransformSource& source = e.transform->source();
-        e.transform->Read(engine_, e.part, ByteRange{begin - e.offset, stop - begin},
+        e.transform->Read(engine_, pool_, e.part, ByteRange{begin - e.offset, stop - begin},
                           file->RunOf(source.object.name, source.range), std::move(fill));
         break;
       }
@@ -66,7 +66,7 @@ void ViewReader::ComputeAhead(const ViewFile& file, uint64_t from) {
     const Extent& e = extents[i];
     if (e.kind != Extent::Kind::kTransform || e.part != 0 || !e.transform->compute_ahead()) continue;
     const TransformSource& source = e.transform->source();
-    e.transform->ComputeAhead(engine_, 0, std::max(from, e.offset) - e.offset, segments,
+    e.transform->ComputeAhead(engine_, pool_, 0, std::max(from, e.offset) - e.offset, segments,
                               file.RunOf(source.object.name, source.range));
   }
 }

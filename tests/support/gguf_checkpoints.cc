@@ -139,6 +139,13 @@ std::string GgufTokenizerJson(const GgufSpec& spec) {
   }
   const bool qwen = ModelType(spec) == "qwen2" || ModelType(spec) == "qwen3";
   Json added = Json::array();
+  if (IsArch(spec, "Phi3ForCausalLM")) {
+    uint64_t id = 256 + spec.merges;
+    for (const char* content : {"<unk>", "<s>", "</s>", "<|endoftext|>"}) {
+      added.push_back({{"id", id++}, {"content", content}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+    }
+  }
   for (const auto& [offset, content] : {std::pair<uint64_t, std::string>{2, "<|begin_of_text|>"}, {1, "<|end_of_text|>"}}) {
     added.push_back({{"id", spec.vocab() - offset}, {"content", content}, {"single_word", false}, {"lstrip", false},
                      {"rstrip", false}, {"normalized", false}, {"special", true}});

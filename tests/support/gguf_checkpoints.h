@@ -7,8 +7,9 @@
 // head_dim, Phi-3's fused qkv_proj and gate_up_proj); tensor values come from
 // checkpoint_gen.h's FillTensorBytes (finite values in [2^-8, 1) with random
 // sign). The tokenizer: the 256 GPT-2 byte symbols, `merges` merges of two
-// letters, and two special added tokens (<|begin_of_text|>,
-// <|end_of_text|>) last; its pre-tokenizer is Llama 3's Split pattern
+// letters, Phi-3's </s>, <unk>, <s> and <|endoftext|> for that architecture
+// (llama.cpp looks them up in a model named like Phi-3), and two special
+// added tokens (<|begin_of_text|>, <|end_of_text|>) last; its pre-tokenizer is Llama 3's Split pattern
 // (llama-bpe) or Qwen2's (qwen2), as the architecture's real models have.
 //
 // Thread-safety: free functions over their arguments.
@@ -42,7 +43,7 @@ struct GgufSpec {
   // Merged into config.json last (a null value removes the key).
   nlohmann::json config_patch = nlohmann::json::object();
 
-  uint64_t vocab() const { return 256 + merges + 2; }
+  uint64_t vocab() const { return 256 + merges + (architecture == "Phi3ForCausalLM" ? 4 : 0) + 2; }
   uint64_t head_size() const { return head_dim != 0 ? head_dim : hidden / heads; }
 };
 

@@ -361,6 +361,16 @@ uint32_t ExpectedType(const std::string& name, const std::vector<uint64_t>& ne, 
   return kQ4_KType;
 }
 
+TEST(GgufViewOptionTest, GgufIsAViewOfTheList) {
+  StatusOr<std::vector<ViewKind>> views = ParseViewList("gguf");
+  ASSERT_TRUE(views.ok()) << views.status().message();
+  EXPECT_THAT(*views, ElementsAre(ViewKind::kGguf));
+  EXPECT_EQ(ViewDirName(ViewKind::kGguf), "@gguf");
+  EXPECT_THAT(*ParseViewList("all"), Contains(ViewKind::kGguf));
+  EXPECT_EQ(GgufNameOfSource("gs://bucket/models/Qwen3-8B/"), "Qwen3-8B");
+  EXPECT_EQ(GgufNameOfSource("/data/llama"), "llama");
+}
+
 TEST_F(GgufViewTest, LlamaHasThreeFilesNamedAfterItsDirectory) {
   Put({.dtype = Dtype::BF16}, "models/tiny-llama/");
   Mount();
@@ -797,6 +807,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "blk.2."},
         Refusal{"NoConfig", [](std::map<std::string, std::string>& f) { f.erase("config.json"); }, "config.json"}),
     [](const ::testing::TestParamInfo<Refusal>& info) { return info.param.name; });
+
+// llama.cpp looks up Phi-3's special tokens in any model whose name says
+// Phi-3: a Llama vocabulary in a directory named so would fail to load.
+TEST_F(GgufViewTest, AModelNamedLikePhi3NeedsPhi3sTokens) {
+  Put({}, "my-phi3-finetune/");
+  Put({.architecture = "Phi3ForCausalLM", .kv_heads = 4}, "phi3-mini/");
+  Mount();
+  EXPECT_THAT(List("my-phi3-finetune"), Not(Contains("@gguf")));
+  EXPECT_THAT(DescribeGgufOf(store_, "my-phi3-finetune/", "my-phi3-finetune"),
+              HasSubstr("named like Phi-3 (\"my-phi3-finetune\") attributes of the token </s>"));
+  EXPECT_THAT(List("phi3-mini"), Contains("@gguf"));
+}
 
 // A shard replaced under a mount whose metadata TTL has passed: the @gguf/ of
 // the new listing is another directory, whose files read the new bytes.
