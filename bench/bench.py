@@ -38,13 +38,21 @@ reset before each run:
   W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
       order as W1 loads the shards; every stacked tensor gathers its layers'
       source tensors from all over the shards
+  W11 llama.cpp's load of @gguf/NAME-Q8_0.gguf: the whole file mmapped with
+      MAP_POPULATE (read through in order), quantized by tensorfs from the bf16
+      shards as it is read; the checkpoint is the benchmark's with a byte-level
+      BPE tokenizer of its vocabulary (gs://BUCKET/<checkpoint>-gguf)
+  W11K the same for NAME-Q4_K_M.gguf of a checkpoint whose rows are whole
+      256-element blocks (hidden 2048, intermediate 5632, 2 GiB; the
+      benchmark's rows fall back to Q5_0), so that Q4_K's search is what runs
+      (report only; run when named)
 
 With --sources gs,s3, W1, W2 and W6 run a second time with tensorfs reading
 s3://BUCKET/... from the same server's S3 dialect on the same link (signed
 requests, SigV4, path-style), so gs:// and s3:// figures come from one run side
 by side ("tensorfs s3 W1 ..." rows, held to the same targets).
 
-W6 and W7 are rated over the SOURCE bytes of the layers they loaded (the
+W6, W7 and W11 are rated over the SOURCE bytes of the layers they loaded (the
 checkpoint's tensor bytes, which is what the link carries), and report the time
 to the first layer and, for W7, the bytes the layer files held. With --micro-bench,
 the quantization and cast cases of micro_bench are run first (per core, source
@@ -93,8 +101,13 @@ S3_KEY_ID, S3_SECRET = "AKIDTENSORFSBENCH", "tensorfs-bench-secret"
 S3_WORKLOADS = ("W1", "W2", "W6")
 MB = 1e6
 MiB = 1 << 20
+CPUS = os.cpu_count() or 1
 RSS_SLACK = 128 * MiB
 LAYER_WORKLOADS = {"W6": "splitted_model", "W7": "splitted_model.4bit"}
+# The GGUF workloads: the file of @gguf/ each loads.
+GGUF_WORKLOADS = {"W11": "Q8_0", "W11K": "Q4_K_M"}
+# W11K's checkpoint (tensorfs-testdata options): rows of whole Q4_K blocks, about 2 GiB (--quick: 0.4).
+GGUF_K_SHAPE = {"hidden": 2048, "intermediate": 5632, "heads": 16, "kv-heads": 8, "vocab": 32000, "shards": 4}
 # W8's checkpoint shapes: "main" is the benchmark's checkpoint (--size-mib, --layers ...);
 # "small-tensors" has many tensors of 1 to 8 MiB (tensorfs-testdata options, full and --quick);
 # "qwen2" is W8M's slice/ checkpoint (MIXED_SHAPE, qwen2-shaped: one-row biases and layer norms beside
@@ -142,6 +155,9 @@ MIXED_BOUND = 1.20
 WHOLE_READER_SHARE = 0.9
 # micro_bench cases that say whether a view can keep up with the link.
 QUANT_CASES = ["BM_QuantizeNf4", "BM_QuantizeBlockwise8", "BM_QuantizeRowInt8", "BM_CastF32ToBf16"]
+# ggml's quantizers behind @gguf/ (core/gguf): they count FLOAT32 input bytes, so a bf16 source
+# delivers their elements in half the bytes. *_Baseline is the SSE2 path, for machines without AVX2.
+GGUF_QUANT_RE = re.compile(r"^BM_Quantize(Q\d|Q\d_\d|Q\d_K)(_Baseline)?$")
 BLOCK_RE = re.compile(r"(?:^|\.)(?:layers|layer|h|block|blocks)\.(\d+)\.")
 
 # rclone mount settings tried for W1; the fastest is reported as "rclone".
@@ -218,6 +234,43 @@ def read_header(path):
         header = json.loads(f.read(n))
     header.pop("__metadata__", None)
     return header
+
+
+def bpe_tokenizer(vocab):
+    """tokenizer.json and tokenizer_config.json of a byte-level BPE tokenizer of `vocab` tokens that
+    tensorfs' GGUF view converts (Llama 3's pre-tokenizer): the 256 GPT-2 byte symbols, merges of
+    two symbols up to vocab - 2, then two special tokens."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs = bs[:]
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + len(cs) - 188)
+    symbol = {b: chr(c) for b, c in zip(bs, cs)}
+    tokens = {symbol[b]: b for b in range(256)}
+    merges = []
+    for i in range(256):
+        for j in range(256):
+            if len(tokens) >= vocab - 2:
+                break
+            tokens[symbol[i] + symbol[j]] = len(tokens)
+            merges.append(symbol[i] + " " + symbol[j])
+    added = [{"id": vocab - 2 + k, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for k, c in enumerate(("<|begin_of_text|>", "<|end_of_text|>"))]
+    split = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+             r"\s*[\r\n]+|\s+(?!\S)|\s+")
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": split}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": None, "decoder": {"type": "ByteLevel"},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": tokens, "merges": merges}}
+    config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "add_bos_token": True,
+              "tokenizer_class": "PreTrainedTokenizerFast"}
+    return tokenizer, config
 
 
 def tensor_sizes(src, shards):
@@ -491,6 +544,27 @@ class Bench:
         shards = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
         model = open(os.path.join(path, ".bench-model")).read().strip()
         return path, shards, model
+
+    def gguf_checkpoint(self, src, shards):
+        """A generated checkpoint as one @gguf/ converts: gs://BUCKET/<checkpoint>-gguf holds its
+        shards (hard links) and config.json, with a byte-level BPE tokenizer of its vocabulary
+        (bpe_tokenizer) for tensorfs-testdata's WordLevel one."""
+        path = src + "-gguf"
+        if not os.path.isdir(path):
+            tmp = path + ".partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            for name in shards + ["config.json"] + [n for n in os.listdir(src) if n.endswith(".index.json")]:
+                os.link(os.path.join(src, name), os.path.join(tmp, name))
+            with open(os.path.join(src, "config.json")) as f:
+                vocab = json.load(f)["vocab_size"]
+            tokenizer, tokenizer_config = bpe_tokenizer(vocab)
+            with open(os.path.join(tmp, "tokenizer.json"), "w") as f:
+                json.dump(tokenizer, f)
+            with open(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+                json.dump(tokenizer_config, f)
+            os.rename(tmp, path)
+        return os.path.basename(path)
 
     def drop_caches(self, warm=()):
         """Empties the page cache, then reads `warm` (the files the server will
@@ -977,10 +1051,47 @@ class Bench:
 
         self.run_tensorfs_cold(f"{self.tag}{workload} {view}/", workload, workload.lower(), body)
 
+    def run_gguf(self, workload):
+        """W11/W11K: llama.cpp's load of one @gguf/ file of a fresh mount of the -gguf checkpoint."""
+        kind = GGUF_WORKLOADS[workload]
+        prefix, shards, source_bytes = self.gguf_checkpoints[workload]
+        files_src = [os.path.join(self.args.data_dir, BUCKET, prefix, s) for s in shards]
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(prefix, workload.lower())
+            try:
+                path = os.path.join(mnt, "@gguf", f"{prefix}-{kind}.gguf")
+                listed = time.monotonic()
+                size = os.path.getsize(path)  # lists the checkpoint: headers, config, tokenizer converted
+                result.extra["ls_seconds"] = time.monotonic() - listed
+                cmd = [PYTHON, LOADER_PY, "gguf", path, "--source-bytes", str(source_bytes)]
+                out, err = run_json(cmd, self.hard_timeout())
+                if out is None:
+                    raise RuntimeError(err)
+                result.seconds = out["end"] - out["start"]
+                result.bytes_needed = out["source_bytes"]
+                result.complete = True
+                result.files = 1
+                result.extra.update(file_bytes=size, populate_seconds=out["populated"] - out["start"])
+                stats = self.tensorfs_stats(mnt)
+                if stats is not None:
+                    result.extra["tensorfs_stats"] = stats
+                result.note = (f"{kind} file {size / MB:.0f} MB = {size / max(result.bytes_needed, 1):.2f}x source; "
+                               f"@gguf/ listed in {result.extra['ls_seconds']:.2f} s")
+                self.take_stats(result)
+                self.on_link(result)
+                result.peak_rss = peak_rss(proc.pid)
+            finally:
+                self.procs.unmount(mnt, proc)
+
+        self.guarded(f"tensorfs {workload} @gguf/ {kind} mmap", "tensorfs", workload, body)
+
     def run_quant_micro(self):
         """micro_bench's quantization and cast cases: source bytes per second on one core."""
         a = self.args
-        cmd = [a.micro_bench, "--benchmark_format=json", "--benchmark_filter=Quantize|Cast",
+        cmd = [a.micro_bench, "--benchmark_format=json", "--benchmark_filter=^BM_(Quantize|Cast)",
                f"--benchmark_min_time={0.1 if a.quick else 0.5:g}"]
         log("micro_bench: " + " ".join(cmd[1:]))
         try:
@@ -1177,6 +1288,19 @@ class Bench:
             self.mixed_src = os.path.join(a.data_dir, BUCKET, self.mixed_prefix)
         self.layers = layer_plan(self.src, self.shards)
         self.tensor_bytes = sum(b for _, b, _ in self.layers)
+        self.gguf_checkpoints = {}  # workload -> (prefix, shards, source tensor bytes)
+        if "W11" in a.workloads:
+            self.gguf_checkpoints["W11"] = (self.gguf_checkpoint(self.src, self.shards), self.shards,
+                                            self.tensor_bytes)
+        if "W11K" in a.workloads:
+            shape = dict(GGUF_K_SHAPE, layers=3 if a.quick else 18)
+            src, shards, model = self.generate(
+                "llama-{dtype}-h{hidden}-i{intermediate}-{layers}l-{shards}shards-v{vocab}".format(dtype=a.dtype, **shape),
+                [arg for key, value in shape.items() for arg in (f"--{key}", str(value))])
+            tensor_bytes = sum(b for _, b, _ in layer_plan(src, shards))
+            self.gguf_checkpoints["W11K"] = (self.gguf_checkpoint(src, shards), shards, tensor_bytes)
+            log(f"W11K checkpoint gs://{BUCKET}/{os.path.basename(src)}-gguf: {len(shards)} shards, "
+                f"{tensor_bytes / MiB:.0f} MiB of tensors ({model})")
         log(f"checkpoint gs://{BUCKET}/{self.prefix}: {len(self.shards)} shards, "
             f"{self.checkpoint_bytes / MiB:.0f} MiB ({self.model})")
         log("starting the GCS test server (first start hashes every object)")
@@ -1212,6 +1336,9 @@ class Bench:
                 self.run_sharded("W9", world, "storage")
         if "W10" in w:
             self.run_w10()
+        for workload in GGUF_WORKLOADS:
+            if workload in w:
+                self.run_gguf(workload)
         if "s3" in a.sources:
             log("the same over s3:// (the server's S3 dialect, signed requests): " +
                 ", ".join(x for x in S3_WORKLOADS if x in w))
@@ -1351,7 +1478,11 @@ def quant_section(bench):
             lines.append(f"  {name:<24} FAILED: {row['error']}")
         else:
             bps = row["bytes_per_second"]
-            lines.append(f"  {name:<24} {bps / MB:9.1f} MB/s  {bps / link:6.2f}x link")
+            if GGUF_QUANT_RE.match(name):  # float32 input: a bf16 source's bytes at half the rate
+                lines.append(f"  {name:<24} {bps / MB:9.1f} MB/s of float32 = {bps / 2 / MB:.1f} MB/s of bf16 source  "
+                             f"{bps / 2 / link:6.2f}x link on one core, {bps / 2 * CPUS / link:.2f}x on {CPUS}")
+            else:
+                lines.append(f"  {name:<24} {bps / MB:9.1f} MB/s  {bps / link:6.2f}x link")
     if bench.quant_error:
         lines.append(f"  ({bench.quant_error})")
     return lines
@@ -1464,8 +1595,18 @@ def evaluate(bench):
             out.append(("W10 bytes fetched <= 1.05 x bytes needed", w10.fetched_ratio <= 1.05,
                         f"{w10.bytes_fetched / MiB:.1f} MiB fetched for {w10.bytes_needed / MiB:.1f} MiB = "
                         f"{w10.fetched_ratio:.3f}x{partial(w10)}"))
+    w11 = find(res, "tensorfs", "W11")
+    if ok(w11):
+        out.append(("W11 @gguf/ Q8_0 >= 90% of the link limit over source bytes", w11.pct_link >= 90,
+                    f"{w11.mbps:.1f} MB/s of source = {w11.pct_link:.0f}% of {bench.total_rate / MB:.1f} MB/s"
+                    f"{partial(w11)}"))
+        if w11.fetched_ratio is not None:
+            out.append(("W11 bytes fetched <= 1.05 x source tensor bytes", w11.fetched_ratio <= 1.05,
+                        f"{w11.bytes_fetched / MiB:.1f} MiB fetched for {w11.bytes_needed / MiB:.1f} MiB of source = "
+                        f"{w11.fetched_ratio:.3f}x{partial(w11)}"))
     if bench.quant is not None:
-        measured = {n: q for n, q in bench.quant.items() if q is not None and "error" not in q}
+        measured = {n: q for n, q in bench.quant.items()
+                    if q is not None and "error" not in q and not GGUF_QUANT_RE.match(n)}
         missing = [n for n in QUANT_CASES if bench.quant.get(n) is None or "error" in bench.quant[n]]
         label = "quantization throughput per core >= link rate"
         if measured:
@@ -1476,6 +1617,15 @@ def evaluate(bench):
                         f"{bench.total_rate / MB:.1f} MB/s" + (f"; missing: {', '.join(missing)}" if missing else "")))
         else:
             out.append((label, None, "no case measured" + (f"; missing: {', '.join(missing)}" if missing else "")))
+        # @gguf/: the fastest path each type has, over a bf16 source's bytes, on every core.
+        gguf = {n: q["bytes_per_second"] / 2 for n, q in bench.quant.items()
+                if q is not None and "error" not in q and GGUF_QUANT_RE.match(n) and not n.endswith("_Baseline")}
+        if gguf:
+            slowest = min(gguf, key=gguf.get)
+            out.append((f"GGUF quantization on {CPUS} cores >= link rate (bf16 source bytes)",
+                        gguf[slowest] * CPUS >= bench.total_rate,
+                        f"slowest {slowest} {gguf[slowest] / MB:.1f} MB/s per core x {CPUS} = "
+                        f"{gguf[slowest] * CPUS / bench.total_rate:.2f}x {bench.total_rate / MB:.1f} MB/s"))
     rss = [r for r in res if r.system == "tensorfs" and r.peak_rss is not None]
     if rss:
         top = max(rss, key=lambda r: r.peak_rss)
@@ -1646,8 +1796,8 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", help="comma-separated subset of W1..W10 and W8M (default "
-                                       "W1,W2,W3,W4,W5,W6,W7,W10; with --quick W8 too)")
+    p.add_argument("--workloads", help="comma-separated subset of W1..W11, W8M and W11K (default "
+                                       "W1,W2,W3,W4,W5,W6,W7,W10,W11; with --quick W8 too)")
     p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
                                    "none when only W6/W7/W8M run: the peers run W1 to W5)")
     p.add_argument("--rclone-configs", default=",".join(RCLONE_CONFIGS),
@@ -1695,7 +1845,7 @@ def parse_args(argv):
     a.conn_mbit = a.conn_mbit or a.link_mbit / 10
     a.warm_passes = max(1, a.warm_passes)
     if a.workloads is None:
-        a.workloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10" if a.quick else "W1,W2,W3,W4,W5,W6,W7,W10"
+        a.workloads = "W1,W2,W3,W4,W5,W6,W7,W8,W10,W11" if a.quick else "W1,W2,W3,W4,W5,W6,W7,W10,W11"
     a.workloads = [w.strip().upper() for w in a.workloads.split(",") if w.strip()]
     a.hosts = [int(x) for x in str(a.hosts or ("4,8" if a.quick else "4,8,16")).split(",") if x.strip()]
     a.w8_shapes = [x.strip() for x in a.w8_shapes.split(",") if x.strip()]
@@ -1707,11 +1857,12 @@ def parse_args(argv):
         if x not in W8_MODES:
             p.error(f"unknown W8 mode {x}")
     if a.peers is None:
-        a.peers = "none" if set(a.workloads) <= {*LAYER_WORKLOADS, "W8M"} else "naive,staging,rclone,memfs"
+        a.peers = ("none" if set(a.workloads) <= {*LAYER_WORKLOADS, *GGUF_WORKLOADS, "W8M"}
+                   else "naive,staging,rclone,memfs")
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
     for w in a.workloads:
-        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8M", "W9", "W10"):
+        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8M", "W9", "W10", "W11", "W11K"):
             p.error(f"unknown workload {w}")
     for x in a.peers:
         if x not in ("naive", "staging", "rclone", "memfs"):

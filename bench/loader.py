@@ -39,6 +39,13 @@
       what the kernel's readahead and the FUSE reads behind it cost a reader.
       "bytes" is the files' sizes.
 
+  loader.py gguf FILE [--source-bytes N] [--start-at T]
+      llama.cpp's loader over a GGUF file: open it, posix_fadvise(SEQUENTIAL),
+      mmap the whole file MAP_SHARED | MAP_POPULATE (the kernel reads it
+      through in order before mmap returns, as llama_mmap does when it
+      prefetches), then one byte of every page (already resident). "bytes" is
+      the file's size, "source_bytes" --source-bytes (what the link carries).
+
   loader.py headers DIR [--start-at T]
       `ls -l DIR`, then for every *.safetensors file in DIR: open it, read the
       8-byte length and the header JSON with read(), parse it.
@@ -313,6 +320,22 @@ def pages(args):
           "start": started, "end": time.monotonic()})
 
 
+def gguf(args):
+    wait_until(args.start_at)
+    started = time.monotonic()
+    touched = 0
+    with open(args.file, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0x8000)
+        with mmap.mmap(f.fileno(), size, flags=flags, prot=mmap.PROT_READ) as m:
+            populated = time.monotonic()
+            for offset in range(0, size, PAGE):
+                touched += m[offset]
+    emit({"bytes": size, "source_bytes": args.source_bytes or size, "files": 1, "complete": True,
+          "checksum": touched, "populated": populated, "start": started, "end": time.monotonic()})
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="mode", required=True)
@@ -340,6 +363,10 @@ def main():
     p = sub.add_parser("pages")
     p.add_argument("files", nargs="+")
     p.add_argument("--start-at", type=float)
+    p = sub.add_parser("gguf")
+    p.add_argument("file")
+    p.add_argument("--source-bytes", type=int)
+    p.add_argument("--start-at", type=float)
     p = sub.add_parser("headers")
     p.add_argument("dir")
     p.add_argument("--start-at", type=float)
@@ -352,6 +379,8 @@ def main():
         layers(args)
     elif args.mode == "pages":
         pages(args)
+    elif args.mode == "gguf":
+        gguf(args)
     else:
         headers(args)
     return 0

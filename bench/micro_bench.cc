@@ -13,6 +13,15 @@
 // bytes_per_second counts SOURCE bytes, so it reads as source throughput on
 // one core.
 //
+// And a whole view file read through the Namespace as the kernel reads it
+// (128 KiB at a time, in order) from a checkpoint in memory, cold: the view
+// reader, its transforms and the engine together, every source byte fetched
+// and every segment computed once. Timed in CPU time of the whole process
+// (every thread); bytes_per_second counts SOURCE bytes.
+//
+// And ggml's quantizers for the @gguf/ view (Q8_0, Q4_K, Q6_K): float32
+// input bytes per second on one core.
+//
 // And the two copies a fetched byte takes (received into a chunk, then copied
 // out in the reply), in user space: replied once its whole 8 MiB chunk is in,
 // as the engine does, or each 1 MiB part as soon as it is in, while it may
@@ -28,6 +37,7 @@
 #include <cstring>
 #include <future>
 #include <malloc.h>
+#include <map>
 #include <random>
 #include <sys/mman.h>
 #include <span>
@@ -36,10 +46,15 @@
 
 #include "core/engine/read_engine.h"
 #include "core/engine/slice_pattern.h"
+#include "core/gguf/ggml_quants.h"
+#include "core/gguf/ggml_quants_paths.h"
+#include "core/gguf/ggml_types.h"
 #include "core/safetensors/header.h"
 #include "core/safetensors/layers.h"
 #include "core/views/quantize.h"
+#include "core/vfs/namespace.h"
 #include "tests/support/checkpoint_gen.h"
+#include "tests/support/gguf_checkpoints.h"
 #include "tests/support/memory_store.h"
 
 namespace tensorfs {
@@ -357,6 +372,123 @@ void BM_CastF32ToBf16(benchmark::State& state) { BM_CastF32ToHalf(state, Dtype::
 void BM_CastF32ToF16(benchmark::State& state) { BM_CastF32ToHalf(state, Dtype::F16); }
 BENCHMARK(BM_CastF32ToBf16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_CastF32ToF16)->Unit(benchmark::kMillisecond);
+
+// Reads `path` of a cold mount over a checkpoint in memory (see the top).
+void ViewRead(benchmark::State& state, ViewKind kind, Dtype dtype, const std::string& path) {
+  static std::map<std::pair<bool, Dtype>, testing::MemoryStore*> stores;
+  testing::MemoryStore*& store = stores[{kind == ViewKind::kGguf, dtype}];
+  if (store == nullptr) {
+    store = new testing::MemoryStore;
+    if (kind == ViewKind::kGguf) {
+      // A checkpoint the GGUF view converts (a byte-level BPE tokenizer).
+      const testing::GgufSpec spec{.layers = 4, .hidden = 1024, .intermediate = 2816, .heads = 8, .kv_heads = 8,
+                                   .dtype = dtype};
+      for (auto& [name, bytes] : testing::GgufCheckpointFiles(spec)) store->Put("m/" + name, bytes);
+    } else {
+      testing::ModelSpec spec{.arch = testing::Arch::kLlama, .layers = 4, .hidden = 512, .intermediate = 1536,
+                              .vocab = 4096, .dtype = dtype};
+      auto files = testing::BuildCheckpointFiles(spec, {.num_shards = 1});
+      if (!files.ok()) std::abort();
+      for (auto& [name, bytes] : *files) store->Put("m/" + name, bytes);
+    }
+  }
+  const uint64_t source_bytes = store->Stat("m/model.safetensors")->size;
+  for (auto _ : state) {
+    Metrics metrics;
+    ReadEngine engine(*store, EngineOptions{.chunk_size = 8 << 20, .cache_size = 1ull << 30, .max_fetches = 4,
+                                            .prefetch_window = 64 << 20, .head_size = 256 << 10},
+                      metrics);
+    Namespace ns(*store, engine,
+                 ViewOptions{.kinds = {kind},
+                             .grouper = std::make_shared<const LayerGrouper>(*LayerGrouper::Create("")),
+                             .prefetch_window = 64 << 20});
+    NodeId node = kRootNode;
+    for (std::string_view rest = path; !rest.empty();) {
+      const size_t slash = rest.find('/');
+      auto attr = ns.Lookup(node, rest.substr(0, slash));
+      if (!attr.ok()) std::abort();
+      node = attr->id;
+      rest = slash == std::string_view::npos ? "" : rest.substr(slash + 1);
+    }
+    const uint64_t size = ns.GetAttr(node)->size;
+    for (uint64_t off = 0; off < size; off += 128 << 10) {
+      std::promise<void> done;
+      ns.Read(node, off, 128 << 10, [&](StatusOr<ReadResult> r) {
+        if (!r.ok()) std::abort();
+        for (auto piece : r->pieces) benchmark::DoNotOptimize(piece.data());
+        done.set_value();
+      });
+      done.get_future().get();
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * source_bytes));
+}
+
+void BM_ViewReadNf4(benchmark::State& state) {
+  ViewRead(state, ViewKind::kBnbNf4, Dtype::BF16, "m/@bnb-nf4/model.safetensors");
+}
+void BM_ViewReadCastBf16(benchmark::State& state) {
+  ViewRead(state, ViewKind::kBf16, Dtype::F32, "m/@bf16/model.safetensors");
+}
+// A GGUF file of a bf16 checkpoint read in order: every weight quantized (the
+// norms widened to F32) on the engine's workers, segments computed ahead of
+// the reader. Source bytes per CPU-second of the whole process: the link rate
+// one core keeps up with.
+void BM_ViewReadGgufQ8_0(benchmark::State& state) {
+  ViewRead(state, ViewKind::kGguf, Dtype::BF16, "m/@gguf/m-Q8_0.gguf");
+}
+void BM_ViewReadGgufQ4_K_M(benchmark::State& state) {
+  ViewRead(state, ViewKind::kGguf, Dtype::BF16, "m/@gguf/m-Q4_K_M.gguf");
+}
+BENCHMARK(BM_ViewReadNf4)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ViewReadCastBf16)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ViewReadGgufQ8_0)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ViewReadGgufQ4_K_M)->MeasureProcessCPUTime()->Unit(benchmark::kMillisecond);
+
+// ggml's block formats for the @gguf/ files (core/gguf/ggml_quants.h), on
+// float32 weights already decoded, a chunk at a time as a read computes them.
+// bytes_per_second counts the FLOAT32 input (4 bytes an element), one core: a
+// BF16 source delivers the same elements in half the bytes. Each type runs on
+// the fastest path the CPU has (AVX2 where present) and, as *_Baseline, on the
+// SSE2 path every x86-64 has; both give the same bytes.
+void BM_QuantizeGguf(benchmark::State& state, GgmlType type, bool baseline) {
+  // Q8_0 is the view most read; the K types are about 15x slower, so fewer
+  // elements keep each iteration short.
+  const size_t elements = type == GgmlType::kQ8_0 ? kQuantElements : kQuantElements / 8;
+  std::vector<float> floats(elements);
+  {
+    const std::vector<std::byte>& src = SourceBytes(Dtype::BF16);
+    quant::DecodeFloats(Dtype::BF16, std::span(src).first(elements * 2), floats);
+  }
+  std::vector<std::byte> out(RowBytes(type, elements));
+  const size_t chunk = kChunkElements;  // a multiple of every block size
+  for (auto _ : state) {
+    for (size_t begin = 0; begin < elements; begin += chunk) {
+      const std::span<const float> x = std::span<const float>(floats).subspan(begin, chunk);
+      const std::span<std::byte> y =
+          std::span(out).subspan(begin / BlockElements(type) * BlockBytes(type), RowBytes(type, chunk));
+      if (baseline) {
+        QuantizeBlocksOn(QuantPath::kBaseline, type, x, y);
+      } else {
+        QuantizeBlocks(type, x, y);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(elements * 4));
+}
+void BM_QuantizeQ8_0(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ8_0, false); }
+void BM_QuantizeQ4_K(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ4_K, false); }
+void BM_QuantizeQ6_K(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ6_K, false); }
+void BM_QuantizeQ8_0_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ8_0, true); }
+void BM_QuantizeQ4_K_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ4_K, true); }
+void BM_QuantizeQ6_K_Baseline(benchmark::State& state) { BM_QuantizeGguf(state, GgmlType::kQ6_K, true); }
+BENCHMARK(BM_QuantizeQ8_0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ4_K)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ6_K)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ8_0_Baseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ4_K_Baseline)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_QuantizeQ6_K_Baseline)->Unit(benchmark::kMillisecond);
 
 // A 256 MiB pool of chunk buffers (larger than any CPU's last-level cache, as
 // the cache's chunks are), a 16 MiB "socket" source and a 16 MiB "page cache"

@@ -27,6 +27,7 @@
 #include "core/safetensors/inspect.h"
 #include "core/store/open_store.h"
 #include "core/util/logging.h"
+#include "core/views/gguf_view.h"
 #include "fs/command_line.h"
 #include "fs/exit_status.h"
 #include "fs/gke_sidecar.h"
@@ -59,6 +60,7 @@ int RunInspect(const MountOptions& options, bool json, const std::string& layer_
   if (!store.ok()) return Fail(store.status());
   StatusOr<InspectReport> report = Inspect(**store, "", layer_regex);
   if (!report.ok()) return Fail(report.status());
+  report->gguf = DescribeGgufOf(**store, "", GgufNameOfSource(options.source));
   std::string text = json ? RenderInspectJson(*report) : RenderInspectText(*report);
   std::fwrite(text.data(), 1, text.size(), stdout);
   // A corrupt file (or an index that disagrees with the shards) is reported,

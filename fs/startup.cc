@@ -25,6 +25,7 @@
 #include "core/util/log_limiter.h"
 #include "core/util/thread_annotations.h"
 #include "core/vfs/namespace.h"
+#include "core/views/gguf_view.h"
 #include "fs/daemon.h"
 #include "fs/fuse_server.h"
 #include "fs/mount_recovery.h"
@@ -165,7 +166,8 @@ int MountAndServe(const MountOptions& options) {
   Namespace ns(**store, engine,
                ViewOptions{.kinds = options.views,
                            .grouper = std::make_shared<const LayerGrouper>(std::move(*grouper)),
-                           .prefetch_window = options.engine.prefetch_window},
+                           .prefetch_window = options.engine.prefetch_window,
+                           .root_name = GgufNameOfSource(options.source)},
                Freshness{.metadata_ttl = Ttl(options.metadata_ttl_s), .negative_ttl = Ttl(options.negative_ttl_s)});
 
   StatusOr<std::unique_ptr<FuseServer>> server = FuseServer::Mount(ns, options, metrics);

@@ -14,6 +14,7 @@ packages=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libsystemd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy
+  python3-sentencepiece  # trains the SentencePiece models of tests/core/gguf/tokenizer_test.cc and tests/gguf, and is tests/gguf's reference tokenizer
   man-db groff-base  # man -l checks the generated tensorfs(8) (tests/fs/command_line_test.cc, the .deb test)
   dpkg-dev systemd procps  # cpack (dpkg-shlibdeps), systemd-analyze verify, pgrep in tests
   debootstrap systemd-container bc  # tests/systemd/boot_test.sh: a Debian root, systemd-nspawn -b, timings
@@ -21,6 +22,12 @@ packages=(
   umoci  # packaging/build-gke-image.sh: the GKE sidecar image as an OCI archive (tests/packaging/gke_image_test.py)
   "$@"
 )
+# tests/gguf installs node-llama-cpp with npm (install_node_deps.sh): Debian's nodejs and npm,
+# unless a node and an npm are already there (NodeSource's nodejs package carries its own npm,
+# and Debian's npm package would conflict with it).
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

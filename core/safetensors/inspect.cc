@@ -163,7 +163,9 @@ std::string RenderInspectText(const InspectReport& report) {
          (report.grouping_regex.empty() ? std::string("built-in rules")
                                         : "regex '" + report.grouping_regex + "'") +
          "\n";
-  out += "Status: " + std::string(report.ok() ? "ok" : "PROBLEMS FOUND") + "\n\n";
+  out += "Status: " + std::string(report.ok() ? "ok" : "PROBLEMS FOUND") + "\n";
+  if (!report.gguf.empty()) out += "GGUF: " + report.gguf + "\n";
+  out += "\n";
 
   std::vector<std::vector<std::string>> rows;
   for (const auto& f : report.files) {
@@ -207,6 +209,7 @@ std::string RenderInspectJson(const InspectReport& report) {
   doc["ok"] = report.ok();
   doc["grouping_regex"] = report.grouping_regex;
   doc["total_tensor_bytes"] = report.total_tensor_bytes;
+  if (!report.gguf.empty()) doc["gguf"] = report.gguf;
   doc["files"] = Json::array();
   for (const auto& f : report.files) {
     Json file;

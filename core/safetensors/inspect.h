@@ -56,6 +56,9 @@ struct InspectReport {
   std::vector<Tensor> tensors;        // storage order
   std::vector<Group> groups;          // forward order
   uint64_t total_tensor_bytes = 0;
+  // What the directory's @gguf/ view holds ("NAME-F16.gguf, ... (llama)") or
+  // "none: <why>"; empty when not looked at (the caller fills it in).
+  std::string gguf;
 
   // Every file's header parsed.
   bool AllFilesOk() const;

@@ -16,7 +16,7 @@
 //      be freed, and its buffer returned, under ReadEngine::mu_),
 //      fs::HandleTable's lock, fs::KernelNotifier::mu_ (its queue; never held
 //      while it notifies the kernel, which may wait for a FUSE request to be
-//      answered)
+//      answered), views::ComputePool::mu_ (its queue; no task runs under it)
 #ifndef TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 #define TENSORFS_CORE_UTIL_THREAD_ANNOTATIONS_H_
 

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <thread>
 #include <utility>
 
 #include "core/safetensors/checkpoint.h"
+#include "core/views/gguf_view.h"
 
 namespace tensorfs {
 namespace {
@@ -68,7 +70,9 @@ Namespace::Namespace(ObjectStore& store, ReadEngine& engine, ViewOptions views, 
       metrics_(engine.metrics()),
       views_(std::move(views)),
       freshness_(freshness),
-      view_reader_(engine, views_.prefetch_window) {
+      view_reader_(engine, views_.prefetch_window,
+                   views_.compute_ahead != 0 ? views_.compute_ahead
+                                             : 2 * std::max<uint64_t>(1, std::thread::hardware_concurrency())) {
   MutexLock lock(mu_);
   auto root = std::make_unique<Node>();
   root->id = kRootNode;
@@ -192,6 +196,7 @@ Status Namespace::EnsureFresh(NodeId dir, std::chrono::nanoseconds max_age) {
   metrics_.metadata_requests.fetch_add(1, std::memory_order_relaxed);
   metrics_.listings.fetch_add(1, std::memory_order_relaxed);
   StatusOr<Listing> listing = store_.List(prefix, "/");
+  std::shared_ptr<CheckpointDir> prepared = listing.ok() ? PrepareCheckpoint(dir, prefix, *listing) : nullptr;
   Changes changes;
   {
     MutexLock lock(mu_);
@@ -199,7 +204,7 @@ Status Namespace::EnsureFresh(NodeId dir, std::chrono::nanoseconds max_age) {
     if (node == nullptr) {
       flight->status = NotFoundError("the directory " + prefix + " is gone");
     } else if (listing.ok()) {
-      ApplyListing(*node, std::move(*listing), asked_at, changes);
+      ApplyListing(*node, std::move(*listing), asked_at, std::move(prepared), changes);
     } else if (node->listed) {
       // What was listed before goes on being shown, for another TTL: a
       // source that does not answer does not take the mount's files away.
@@ -219,7 +224,53 @@ Status Namespace::EnsureFresh(NodeId dir, std::chrono::nanoseconds max_age) {
   return flight->status;
 }
 
-void Namespace::ApplyListing(Node& dir, Listing listing, TimePoint asked_at, Changes& changes) {
+std::string Namespace::CheckpointName(const std::string& prefix) const {
+  if (prefix.empty()) return views_.root_name.empty() ? "model" : views_.root_name;
+  const std::string_view dir(prefix.data(), prefix.size() - 1);  // without the trailing '/'
+  return std::string(dir.substr(dir.rfind('/') + 1));
+}
+
+std::shared_ptr<Namespace::CheckpointDir> Namespace::PrepareCheckpoint(NodeId dir, const std::string& prefix,
+                                                                       const Listing& listing) {
+  if (std::find(views_.kinds.begin(), views_.kinds.end(), ViewKind::kGguf) == views_.kinds.end()) return nullptr;
+  std::vector<ObjectInfo> others;
+  bool shards = false;
+  bool config = false;
+  for (const ObjectInfo& o : listing.objects) {
+    if (IsSafetensorsFileName(o.name)) {
+      shards = true;
+    } else {
+      config = config || o.name == prefix + "config.json";
+      others.push_back(o);
+    }
+  }
+  if (!shards || !config) return nullptr;
+  {
+    MutexLock lock(mu_);
+    const Node* node = Find(dir);
+    if (node != nullptr && node->checkpoint != nullptr && node->checkpoint->gguf != nullptr &&
+        SameObjects(node->checkpoint->objects, listing.objects)) {
+      return node->checkpoint;
+    }
+  }
+  auto checkpoint = std::make_shared<CheckpointDir>();
+  checkpoint->prefix = prefix;
+  checkpoint->objects = listing.objects;
+  for (const ObjectInfo& o : checkpoint->objects) {
+    checkpoint->mtime_ns = std::max(checkpoint->mtime_ns, o.mtime_ns);
+    if (IsSafetensorsFileName(o.name)) engine_.PrefetchHead(o);  // the scan reads them all
+  }
+  std::shared_ptr<const CheckpointScan> scan = Scan(*checkpoint);
+  EngineReader reader(store_, engine_, checkpoint->objects);
+  auto gguf = std::make_shared<const StatusOr<GgufModel>>(LoadGgufModel(reader, *scan, others, CheckpointName(prefix)));
+  if (!gguf->ok()) spdlog::info("{}/{}: no @gguf/: {}", store_.Describe(), prefix, gguf->status().message());
+  MutexLock lock(mu_);
+  checkpoint->gguf = std::move(gguf);
+  return checkpoint;
+}
+
+void Namespace::ApplyListing(Node& dir, Listing listing, TimePoint asked_at, std::shared_ptr<CheckpointDir> prepared,
+                             Changes& changes) {
   const bool first = !dir.listed;
   // What the directory shows now, by name: prefixes, then objects whose name
   // no prefix takes, then the view directories no real name takes.
@@ -243,6 +294,8 @@ void Namespace::ApplyListing(Node& dir, Listing listing, TimePoint asked_at, Cha
   if (!shards.empty() && !views_.kinds.empty()) {
     if (dir.checkpoint != nullptr && SameObjects(dir.checkpoint->objects, listing.objects)) {
       checkpoint = dir.checkpoint;
+    } else if (prepared != nullptr && SameObjects(prepared->objects, listing.objects)) {
+      checkpoint = std::move(prepared);
     } else {
       checkpoint = std::make_shared<CheckpointDir>();
       checkpoint->prefix = prefix;
@@ -252,6 +305,7 @@ void Namespace::ApplyListing(Node& dir, Listing listing, TimePoint asked_at, Cha
     for (ViewKind kind : views_.kinds) {
       std::string name(ViewDirName(kind));
       if (wanted.contains(name)) continue;  // a real object wins
+      if (kind == ViewKind::kGguf && (checkpoint->gguf == nullptr || !checkpoint->gguf->ok())) continue;
       Node view{.is_dir = true, .prefix = prefix + name + "/", .checkpoint = checkpoint, .view_kind = kind};
       view.object.mtime_ns = checkpoint->mtime_ns;
       wanted.emplace(std::move(name), std::move(view));
@@ -373,10 +427,13 @@ Status Namespace::EnsureViewBuilt(NodeId dir) {
   std::shared_ptr<const CheckpointScan> scan = Scan(*checkpoint);
   ViewInput input{.scan = scan.get(), .grouper = views_.grouper.get(), .segment_bytes = views_.segment_bytes};
   std::optional<std::string> config;
+  std::shared_ptr<const StatusOr<GgufModel>> gguf;
   {
     MutexLock lock(mu_);
     config = checkpoint->config_json;
+    gguf = checkpoint->gguf;
   }
+  if (gguf != nullptr && gguf->ok()) input.gguf = &**gguf;
   input.config_json = std::move(config);
   for (const ObjectInfo& o : checkpoint->objects) {
     if (!IsSafetensorsFileName(o.name)) input.others.push_back(o);

@@ -48,7 +48,12 @@
 // built when first looked into: the checkpoint's headers are read through the
 // engine (its head chunks, usually prefetched by then), the catalog and layer
 // grouping give every view file its exact size, and reads of view files go
-// through a ViewReader. A checkpoint directory's views are built from one
+// through a ViewReader. @gguf/ is the exception: whether a directory has one
+// depends on its headers, config.json and tokenizer files, so when @gguf is
+// among the views, listing a checkpoint directory that has a config.json
+// reads them (through the engine, before the listing is applied) and
+// converts the vocabulary; the directory shows @gguf/ only when its GGUF
+// model could be planned (gguf_view.h LoadGgufModel says why not). A checkpoint directory's views are built from one
 // listing, pinned to the generations in it; a listing that finds any of the
 // directory's objects changed replaces its view directories with new ones
 // (new nodes), so no view combines two versions of a shard, or an index with
@@ -82,6 +87,7 @@
 #include "core/util/log_limiter.h"
 #include "core/util/status.h"
 #include "core/util/thread_annotations.h"
+#include "core/views/gguf_model.h"
 #include "core/views/view_reader.h"
 #include "core/views/views.h"
 
@@ -110,6 +116,12 @@ struct ViewOptions {
   std::shared_ptr<const LayerGrouper> grouper;  // required when `kinds` is not empty
   uint64_t prefetch_window = 256ull << 20;
   uint64_t segment_bytes = 4ull << 20;  // source bytes per computed segment (ViewInput)
+  // Segments of a GGUF file computed ahead of its reader (view_reader.h);
+  // 0: two per core of the machine.
+  uint64_t compute_ahead = 0;
+  // The NAME of the @gguf/ files of a checkpoint at the root of the mount
+  // (elsewhere: its directory's name); "" for "model".
+  std::string root_name;
 };
 
 // How long what the Namespace knows of the source is trusted.
@@ -215,6 +227,9 @@ class Namespace {
     int64_t mtime_ns = 0;             // of its newest object, for the view nodes
     std::shared_ptr<const CheckpointScan> scan;  // once a view directory was entered
     std::optional<std::string> config_json;
+    // @gguf's model, or why there is none; null when not looked at (no
+    // @gguf view, or no config.json). Refers into `scan`.
+    std::shared_ptr<const StatusOr<GgufModel>> gguf;
   };
 
   // A listing being taken; the callers that need it wait for `done`.
@@ -263,8 +278,19 @@ class Namespace {
   // Lists `dir` from the store unless its listing is younger than `max_age`
   // (a view directory: builds it once).
   Status EnsureFresh(NodeId dir, std::chrono::nanoseconds max_age) EXCLUDES(mu_);
-  // Makes `dir`'s children those of `listing`, asked for at `asked_at`.
-  void ApplyListing(Node& dir, Listing listing, TimePoint asked_at, Changes& changes) REQUIRES(mu_);
+  // Makes `dir`'s children those of `listing`, asked for at `asked_at`;
+  // `prepared`, when not null, is the checkpoint PrepareCheckpoint made of it.
+  void ApplyListing(Node& dir, Listing listing, TimePoint asked_at, std::shared_ptr<CheckpointDir> prepared,
+                    Changes& changes) REQUIRES(mu_);
+  // For a checkpoint directory whose listing will show @gguf/ only if its
+  // GGUF model can be planned: the checkpoint of `listing`, scanned, with its
+  // model planned (or the current one, when the listing shows the same
+  // objects). Null when @gguf is not among the views or `listing` is no
+  // checkpoint directory with a config.json.
+  std::shared_ptr<CheckpointDir> PrepareCheckpoint(NodeId dir, const std::string& prefix, const Listing& listing)
+      EXCLUDES(mu_);
+  // The NAME of the @gguf/ files of the checkpoint directory `prefix`.
+  std::string CheckpointName(const std::string& prefix) const;
   // Builds the files of view directory `dir` if not done yet.
   Status EnsureViewBuilt(NodeId dir) EXCLUDES(mu_);
   // Reads the checkpoint's headers, index and config through the engine.

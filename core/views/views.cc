@@ -9,9 +9,11 @@
 
 #include "core/safetensors/header.h"
 #include "core/safetensors/index.h"
+#include "core/views/gguf_view.h"
 #include "core/views/model_config.h"
 #include "core/views/quantize.h"
 #include "core/views/stacked.h"
+#include "core/views/view_transforms.h"
 
 namespace tensorfs {
 namespace {
@@ -31,7 +33,7 @@ struct OutTensor {
   Dtype dtype = Dtype::U8;
   std::vector<uint64_t> shape;
   const CatalogEntry* source = nullptr;
-  std::shared_ptr<const TensorTransform> transform;
+  std::shared_ptr<const Transform> transform;
   int part = 0;
   std::string bytes;
 };
@@ -177,10 +179,8 @@ class Builder {
           AddInt8(e, tensors, /*transpose=*/conv1d_);
           quantized_dtype = quantized_dtype.value_or(e.dtype);
         } else if ((kind == ViewKind::kBf16 || kind == ViewKind::kF16) && e.dtype == Dtype::F32 && IsCastable(e)) {
-          auto t = TensorTransform::Make(kind == ViewKind::kBf16 ? TensorTransform::Op::kCastBf16
-                                                                 : TensorTransform::Op::kCastF16,
-                                         ObjectOf(e), e.name, e.range, e.dtype, Elements(e.shape), 1,
-                                         input_.segment_bytes);
+          auto t = MakeCastTransform(SourceOf(e), kind == ViewKind::kBf16 ? Dtype::BF16 : Dtype::F16,
+                                     input_.segment_bytes);
           tensors.push_back({.name = e.name, .dtype = kind == ViewKind::kBf16 ? Dtype::BF16 : Dtype::F16,
                              .shape = e.shape, .transform = std::move(t)});
         } else {
@@ -219,6 +219,12 @@ class Builder {
 
   const ObjectInfo& ObjectOf(const CatalogEntry& e) const { return checkpoint_.files()[e.file_index].object; }
 
+  // Tensor `e` as a transform's source; `transpose`: read as its transpose.
+  TransformSource SourceOf(const CatalogEntry& e, bool transpose = false) const {
+    return TransformSource{.object = ObjectOf(e), .tensor = e.name, .range = e.range, .dtype = e.dtype,
+                           .elements = Elements(e.shape), .transpose_rows = transpose ? e.shape[0] : 0};
+  }
+
   std::shared_ptr<ViewFile> Unreadable(const std::string& object) const {
     const Status& why = broken_files_.at(object);
     return std::make_shared<ViewFile>(
@@ -238,8 +244,7 @@ class Builder {
   void AddNf4(const CatalogEntry& e, std::string_view separator, std::vector<OutTensor>& out,
               bool transpose = false) const {
     const uint64_t n = Elements(e.shape);
-    auto t = TensorTransform::Make(TensorTransform::Op::kNf4, ObjectOf(e), e.name, e.range, e.dtype, n,
-                                   quant::kNf4BlockSize, input_.segment_bytes, transpose ? e.shape[0] : 0);
+    auto t = MakeNf4Transform(SourceOf(e, transpose), quant::kNf4BlockSize, input_.segment_bytes);
     const std::string json = QuantStateJson(e, transpose ? std::vector<uint64_t>{e.shape[1], e.shape[0]} : e.shape,
                                             quant::kNf4BlockSize);
     const std::string prefix = e.name + std::string(separator);
@@ -253,8 +258,7 @@ class Builder {
   }
 
   void Add8bit(const CatalogEntry& e, std::vector<OutTensor>& out) const {
-    auto t = TensorTransform::Make(TensorTransform::Op::kBlockwise8, ObjectOf(e), e.name, e.range, e.dtype,
-                                   Elements(e.shape), quant::kBlockwise8BlockSize, input_.segment_bytes);
+    auto t = MakeBlockwise8Transform(SourceOf(e), quant::kBlockwise8BlockSize, input_.segment_bytes);
     out.push_back({.name = e.name, .dtype = Dtype::U8, .shape = e.shape, .transform = t, .part = 0});
     out.push_back({.name = e.name + ".8bit.absmax", .dtype = Dtype::F32, .shape = {t->PartSize(1) / 4},
                    .transform = t, .part = 1});
@@ -264,8 +268,7 @@ class Builder {
 
   void AddInt8(const CatalogEntry& e, std::vector<OutTensor>& out, bool transpose = false) const {
     const std::vector<uint64_t> shape = transpose ? std::vector<uint64_t>{e.shape[1], e.shape[0]} : e.shape;
-    auto t = TensorTransform::Make(TensorTransform::Op::kInt8Rows, ObjectOf(e), e.name, e.range, e.dtype,
-                                   Elements(e.shape), shape[1], input_.segment_bytes, transpose ? e.shape[0] : 0);
+    auto t = MakeInt8RowsTransform(SourceOf(e, transpose), shape[1], input_.segment_bytes);
     const std::string module = e.name.substr(0, e.name.size() - std::string_view("weight").size());
     out.push_back({.name = e.name, .dtype = Dtype::I8, .shape = shape, .transform = t, .part = 0});
     out.push_back({.name = module + "SCB", .dtype = Dtype::F32, .shape = {shape[0]}, .transform = t, .part = 1});
@@ -331,6 +334,7 @@ std::string_view ViewDirName(ViewKind kind) {
     case ViewKind::kBf16: return "@bf16";
     case ViewKind::kF16: return "@f16";
     case ViewKind::kStacked: return "@stacked";
+    case ViewKind::kGguf: return "@gguf";
   }
   return "";
 }
@@ -373,6 +377,9 @@ std::vector<ViewEntry> BuildView(ViewKind kind, const ViewInput& input) {
     case ViewKind::kBf16:
     case ViewKind::kF16: return builder.Mirror(kind);
     case ViewKind::kStacked: return BuildStackedView(input);
+    case ViewKind::kGguf:
+      if (input.gguf == nullptr) return {};
+      return BuildGgufView(*input.gguf, input.scan->checkpoint, input.segment_bytes);
   }
   return {};
 }

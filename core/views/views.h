@@ -16,6 +16,10 @@
 //                                        as JAX scan-over-layers models hold them
 //                                        (experts too): source ranges only, nothing
 //                                        computed; rules and run naming in stacked.h
+//   @gguf/                               NAME-F16.gguf (or -BF16), NAME-Q8_0.gguf,
+//                                        NAME-Q4_K_M.gguf for llama.cpp, in
+//                                        checkpoint directories whose architecture
+//                                        and tokenizer convert exactly (gguf_view.h)
 //
 // Every view safetensors file has a header in the reference writer's layout
 // (compact JSON, "__metadata__" {"format":"pt"} first, padded with spaces to a
@@ -43,15 +47,21 @@
 #include "core/safetensors/checkpoint.h"
 #include "core/safetensors/layers.h"
 #include "core/util/status.h"
+#include "core/views/gguf_model.h"
 #include "core/views/view_file.h"
 
 namespace tensorfs {
 
-enum class ViewKind { kTensors, kSplit, kSplit4bit, kSplit8bit, kBnbNf4, kBnbInt8, kBf16, kF16, kStacked };
+enum class ViewKind { kTensors, kSplit, kSplit4bit, kSplit8bit, kBnbNf4, kBnbInt8, kBf16, kF16, kStacked, kGguf };
 
-inline constexpr std::array<ViewKind, 9> kAllViews = {
-    ViewKind::kTensors, ViewKind::kSplit,   ViewKind::kSplit4bit, ViewKind::kSplit8bit, ViewKind::kBnbNf4,
-    ViewKind::kBnbInt8, ViewKind::kBf16,    ViewKind::kF16,       ViewKind::kStacked};
+inline constexpr std::array<ViewKind, 10> kAllViews = {
+    ViewKind::kTensors, ViewKind::kSplit, ViewKind::kSplit4bit, ViewKind::kSplit8bit, ViewKind::kBnbNf4,
+    ViewKind::kBnbInt8, ViewKind::kBf16,  ViewKind::kF16,       ViewKind::kStacked,   ViewKind::kGguf};
+// The views every checkpoint directory shows: all but @gguf, which only a
+// directory whose architecture and tokenizer convert exactly has.
+inline constexpr std::array<ViewKind, 9> kEveryCheckpointViews = {
+    ViewKind::kTensors, ViewKind::kSplit, ViewKind::kSplit4bit, ViewKind::kSplit8bit, ViewKind::kBnbNf4,
+    ViewKind::kBnbInt8, ViewKind::kBf16,  ViewKind::kF16,       ViewKind::kStacked};
 
 // The directory name: "@tensors", "splitted_model", "splitted_model.4bit", ...
 std::string_view ViewDirName(ViewKind kind);
@@ -70,6 +80,9 @@ struct ViewInput {
   std::optional<std::string> config_json;
   // Source bytes per computed segment of a quantized or cast tensor.
   uint64_t segment_bytes = 4ull << 20;
+  // @gguf: the directory's GGUF model (gguf_model.h), when it has one;
+  // it and `scan` outlive the files.
+  const GgufModel* gguf = nullptr;
 };
 
 struct ViewEntry {
