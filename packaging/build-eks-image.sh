@@ -116,7 +116,8 @@ done
 chmod -R u=rwX,go=rX "$root"
 chmod 0755 "$bin/mount-s3" "$bin/tensorfs/tensorfs" "$lib/ld.so"
 # It runs with nothing from this machine but the bundle: no PATH, no library path.
-env -i "$bin/mount-s3" --version | grep -q "as mount-s3" || die "the bundle's mount-s3 does not run"
+version=$(env -i "$bin/mount-s3" --version) || die "the bundle's mount-s3 does not run"
+grep -q "as mount-s3" <<<"$version" || die "the bundle's mount-s3 does not say it runs as mount-s3: $version"
 echo "bundle: $(du -sm "$bin" | cut -f1) MiB, ${#libraries[@]} libraries and the loader $(basename "$loader")"
 
 if [[ -n $bundle_only ]]; then
