@@ -274,7 +274,7 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
     const bool known = spill || known_by != patterns_.end();
     // A whole-tensor reader's touches are the kernel reading around its
     // copies' first and last pages, at its readahead: nothing to learn.
-    const bool whole_reader = now < reader.whole_until || reader.presumed_whole;
+    const bool whole_reader = now < reader.whole_until || (reader.presumed_whole && !reader.presumed_by_file);
     // A reader back at a tensor it left, at another place (farther than the
     // kernel reads around a slice, its readahead arriving late), reads
     // scattered pages: the places fit some fraction of rows by chance, not as

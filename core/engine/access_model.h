@@ -130,6 +130,9 @@ class AccessModel {
     // faults, so its reads of kinds not known yet fetch whole chunks rather
     // than pieces of them, until its reads fall in a slice pattern's windows.
     bool presumed_whole = false;
+    // Presumed so for its file's readers before it, its own process not seen
+    // reading whole tensors: its touches still teach the slice learner.
+    bool presumed_by_file = false;
   };
   // The reader a read is for: an open file (`id`, its ReaderId::value), or
   // the reads that name no reader (`id` 0: one state for all of them, which

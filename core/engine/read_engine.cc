@@ -146,16 +146,18 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
     // (Opening says which; else the policy's now, the sink taking each
     // change before the next open).
     if (!r.opened) r.file_readahead = FileReadaheadFor(state.info, reader.process);
-    // -o shard=0/1 says so; else a reader of a process seen reading whole
-    // tensors, its file opened at the whole readers' readahead, most likely
-    // is one. Not one of a process not known yet whose file was opened at
-    // that readahead because that file's readers before it read whole
-    // tensors (readahead_policy.h): its own reads tell.
-    r.clock.presumed_whole =
-        options_.shard_world == 1 ||
-        (!options_.readahead.fixed && options_.readahead.whole != options_.readahead.unknown &&
-         readahead_.KindOf(reader.process) == ReadaheadPolicy::Kind::kWhole &&
-         r.file_readahead == options_.readahead.whole);
+    // -o shard=0/1 says so; else a reader whose file was opened at the whole
+    // readers' readahead most likely is one. Its process seen reading whole
+    // tensors, its reads teach nothing; a process not known yet, its file
+    // opened at that readahead because that file's readers before it read
+    // whole tensors (readahead_policy.h), still teaches its slice if it has
+    // one: a slice host reading a loader's checkpoint.
+    const bool whole_readahead = !options_.readahead.fixed &&
+                                 options_.readahead.whole != options_.readahead.unknown &&
+                                 r.file_readahead == options_.readahead.whole;
+    r.clock.presumed_whole = options_.shard_world == 1 || whole_readahead;
+    r.clock.presumed_by_file = options_.shard_world != 1 && whole_readahead &&
+                               readahead_.KindOf(reader.process) != ReadaheadPolicy::Kind::kWhole;
     r.access = AccessState{.process = reader.process};
     for (const Stream& st : state.access.streams) {
       if (st.continuation && MaybeOneProcess(st.process, reader.process)) {
