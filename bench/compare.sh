@@ -10,7 +10,7 @@
 #   git worktree add /tmp/main main && cmake -S /tmp/main -B /tmp/main/build -G Ninja -DTENSORFS_BUILD_TESTS=OFF \
 #     && ninja -C /tmp/main/build tensorfs
 #   bash bench/compare.sh /tmp/main/build/fs/tensorfs build/release/fs/tensorfs
-# Run as root (FUSE mounts, dropping the page cache); about 10 minutes for 1 GiB
+# Run as root (FUSE mounts, dropping the page cache); about 4 minutes for 1 GiB
 # and 5 passes on 2 CPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
