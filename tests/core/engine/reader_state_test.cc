@@ -426,6 +426,40 @@ TEST_F(TwoProcessesTest, SliceHostOfTheLoadersCheckpointLearnsItsSlice) {
   })) << "the host's slice not learned";
 }
 
+// A loader run again (a new process on a mount that stays up, the first
+// run's chunks long evicted) is taken for the whole-tensor reader that file's
+// readers were from its first read: every request a whole chunk, none of the
+// pieces a reader not known yet is first fetched in.
+TEST_F(TwoProcessesTest, ALoaderRunAgainFetchesWholeChunksFromItsFirstRead) {
+  EngineOptions options = Options();
+  options.cache_size = 2 * options.chunk_size;
+  options.prefetch_window = options.chunk_size;
+  ControlledStore store(checkpoint_.memory, /*hold=*/false);
+  Metrics metrics;
+  ReadEngine engine(store, options, metrics);
+  engine.SetReadaheadSink([](uint64_t) {});
+  ReadAll(engine, Loader(whole_, ReaderId{10, kLoader}));
+  engine.ReleaseReader(ReaderId{10, kLoader});
+  ASSERT_FALSE(HasFatalFailure());
+  const size_t first_run = store.reads().size();
+  ReadAll(engine, Loader(whole_, ReaderId{11, kLoader + 10}));
+  ASSERT_FALSE(HasFatalFailure());
+  const std::vector<RecordedRead> reads = store.reads();
+  ASSERT_GT(reads.size(), first_run) << "the first run's chunks were not evicted: the test tells nothing";
+  const auto plan = engine.PlanOf(whole_.id());
+  size_t pieces = 0;
+  std::string listed;
+  for (size_t i = first_run; i < reads.size(); ++i) {
+    if (reads[i].object != whole_.name || plan->ChunkAt(reads[i].offset) == 0) continue;  // the head chunk
+    const ByteRange chunk = plan->Chunk(plan->ChunkAt(reads[i].offset));
+    if (reads[i].offset != chunk.offset || reads[i].length != chunk.length) {
+      ++pieces;
+      listed += " " + std::to_string(reads[i].offset) + "+" + std::to_string(reads[i].length);
+    }
+  }
+  EXPECT_EQ(pieces, 0u) << "the second run's pieces:" << listed;
+}
+
 // Each safetensors file opened gets the readahead of the process opening it:
 // the host's the kernel's default (a shard of several: half of it) while its
 // readers are not known, whatever the loader does, and the slice readahead
