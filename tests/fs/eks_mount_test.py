@@ -84,6 +84,13 @@ class EksMountTest(unittest.TestCase):
         if r.returncode != 0:
             raise AssertionError("build-eks-image.sh --bundle-only: %s%s" % (r.stdout, r.stderr))
         os.chmod(os.path.dirname(cls.bin_dir), 0o755)
+        # The mounter's double runs as the pod's user, who may not be able to
+        # read the source tree (a clone in a directory of mode 0700): a copy.
+        cls.pod_support = os.path.join(cls.work, "pod-support")
+        os.mkdir(cls.pod_support)
+        for script in ("aws_s3_csi_mounter.py", "s3_csi_driver.py"):
+            shutil.copy(os.path.join(SUPPORT, script), cls.pod_support)
+        os.chmod(cls.pod_support, 0o755)
         cls.server, cls.endpoint = start_gcs_server(
             os.path.join(cls.work, "data"), cls.work,
             ["--require-auth", "--s3-key", "%s:%s" % (KEY1, SECRET1), "--s3-key", "%s:%s" % (KEY2, SECRET2),
@@ -128,7 +135,7 @@ class EksMountTest(unittest.TestCase):
 
     def start_pod(self):
         """The Mountpoint Pod, started (as the driver's controller does) before the volume is published."""
-        mounter = ["/usr/bin/python3", os.path.join(SUPPORT, "aws_s3_csi_mounter.py"), "--comm", self.comm,
+        mounter = ["/usr/bin/python3", os.path.join(self.pod_support, "aws_s3_csi_mounter.py"), "--comm", self.comm,
                    "--local-cache", os.path.join(self.node, "local-cache")]
         argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", POD_NAMESPACE, "sh"] + POD_USER +
                 ["env", "-i", "MOUNTPOINT_BIN_DIR=" + self.bin_dir] + mounter)
