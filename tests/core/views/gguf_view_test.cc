@@ -198,7 +198,7 @@ uint64_t TensorSize(const TensorRecord& t) {
   return n;
 }
 
-constexpr uint32_t kF32Type = 0, kF16Type = 1, kQ8_0Type = 8, kQ4_KType = 12, kQ6_KType = 14, kBF16Type = 30;
+constexpr uint32_t kF32Type = 0, kQ8_0Type = 8, kQ4_KType = 12, kQ6_KType = 14, kBF16Type = 30;
 
 // ---- The source side, computed here.
 
