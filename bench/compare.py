@@ -38,7 +38,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -98,12 +97,7 @@ def main():
     # passes[loader][source][binary] = [(GB/s, CPU-s per GB), ...]
     passes = {l: {s: {b: [] for b in binaries} for s in sources} for l in loaders}
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(port_file):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.05)
-        endpoint = f"http://127.0.0.1:{open(port_file).read().strip()}"
+        endpoint = f"http://127.0.0.1:{datacenter.wait_for_port(server, port_file)}"
         origin = {"gs": (f"gs://{datacenter.BUCKET}/{datacenter.PREFIX}", f"anonymous,endpoint={endpoint}"),
                   "dir": (os.path.dirname(paths[0]), "")}
         datacenter.ensure_fusectl()

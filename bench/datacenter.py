@@ -236,6 +236,16 @@ def machine_jiffies() -> tuple[int, int]:
 FUSECTL = "/sys/fs/fuse/connections"
 
 
+def wait_for_port(server: subprocess.Popen, port_file: str) -> int:
+    """The port the test server wrote once it listens (30 s at most)."""
+    deadline = time.monotonic() + 30
+    while not os.path.exists(port_file):
+        if server.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the test server did not start")
+        time.sleep(0.05)
+    return int(open(port_file).read())
+
+
 def mount_device(path: str) -> str | None:
     """MAJOR:MINOR of the mount at `path`, from /proc/self/mountinfo (field 3)."""
     real = os.path.realpath(path)
@@ -662,12 +672,7 @@ def main():
                "tensorfs_before": args.tensorfs_before}
     mounts = []
     try:
-        deadline = time.monotonic() + 30
-        while not os.path.exists(port_file):
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.05)
-        port = int(open(port_file).read())
+        port = wait_for_port(server, port_file)
         endpoints = {"http": f"http://127.0.0.1:{port}"}
         if certs:
             endpoints["https"] = f"https://127.0.0.1:{port}"
