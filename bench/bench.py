@@ -38,6 +38,14 @@ reset before each run:
   W10 @stacked/ (the layers stacked for JAX scan-over-layers): its files loaded in
       order as W1 loads the shards; every stacked tensor gathers its layers'
       source tensors from all over the shards
+  W12 readers that share one mount, processes: N processes (N = 2, 4, 8)
+      started together on one fresh mount, process r copying dim-0 rows r/N
+      of every tensor (tensor parallelism on one host), beside one whole
+      loader on its own fresh mount (storage order) as the reference
+  W13 readers that share one mount, threads: one process mapping every shard,
+      then 8, 32 and 64 threads copying tensors out in a shuffled order, at
+      the benchmark's cache and at a cache a third of the checkpoint, each
+      beside one whole loader at that cache as the reference
   W11 llama.cpp's load of @gguf/NAME-Q8_0.gguf: the whole file mmapped with
       MAP_POPULATE (read through in order), quantized by tensorfs from the bf16
       shards as it is read; the checkpoint is the benchmark's with a byte-level
@@ -956,6 +964,74 @@ class Bench:
 
         self.guarded(f"tensorfs W8M {label}", "tensorfs", "W8M", body)
 
+    def run_shared_cold(self, name, workload, label, extra_opts, body_fn):
+        """A fresh mount of the benchmark's checkpoint with `extra_opts`, body_fn(result, mnt) run
+        on it; the stats taken once the mount's fetches in flight ended (prefetches count too)."""
+        files_src = [os.path.join(self.src, s) for s in self.shards]
+
+        def body(result):
+            self.drop_caches(files_src)
+            self.server.reset()
+            mnt, proc, result.extra["mount_seconds"] = self.mount_tensorfs(self.prefix, label, extra_opts)
+            try:
+                body_fn(result, mnt)
+                for _ in range(300):
+                    if not (self.tensorfs_stats(mnt) or {}).get("fetches_in_flight"):
+                        break
+                    time.sleep(0.05)
+                self.take_stats(result)
+                self.on_link(result)
+                result.peak_rss = peak_rss(proc.pid)
+            finally:
+                self.procs.unmount(mnt, proc)
+
+        return self.guarded(name, "tensorfs", workload, body)
+
+    def run_readers_together(self, result, cmds):
+        """Runs loader commands started together; the run is the first start to the last end."""
+        outs = []
+        for parsed, err, returncode in self.run_loaders(cmds):
+            if parsed is None:
+                raise RuntimeError(f"a reader exited with {returncode}: {err.strip()[-300:]}")
+            outs.append(parsed)
+        result.seconds = max(o["end"] for o in outs) - min(o["start"] for o in outs)
+        result.bytes_needed = self.checkpoint_bytes  # together they read every tensor whole
+        result.complete = all(o.get("complete", True) for o in outs)
+        result.files = len(self.shards)
+
+    def run_w12(self):
+        """W12: one whole loader, then N = 2, 4, 8 processes of one mount each taking rows r/N."""
+        files = lambda mnt: [os.path.join(mnt, s) for s in self.shards]
+        self.run_shared_cold("tensorfs W12 one loader", "W12", "w12-one", "",
+                             lambda r, mnt: self.load_one(r, files(mnt)))
+        for n in (2, 4, 8):
+            def body(result, mnt, n=n):
+                start_at = time.monotonic() + 1.5  # after every process has imported numpy
+                self.run_readers_together(result, [
+                    [PYTHON, LOADER_PY, "slice", *files(mnt), "--rank", str(r), "--world", str(n),
+                     "--start-at", f"{start_at:.6f}"] for r in range(n)])
+                result.extra["processes"] = n
+            self.run_shared_cold(f"tensorfs W12 {n} processes, rows r/{n}", "W12", f"w12-{n}", "", body)
+
+    def run_w13(self):
+        """W13: a threaded loader (8, 32, 64 threads, shuffled) at the benchmark's cache and at a cache
+        a third of the checkpoint, each cache beside one whole loader at it."""
+        files = lambda mnt: [os.path.join(mnt, s) for s in self.shards]
+        third = max(1, self.checkpoint_bytes // 3 // MiB)
+        for cache, opts in (("cache", ""), ("third", f"cache_size={third}M")):
+            what = "the cache" if cache == "cache" else f"a third-size cache ({third} MiB)"
+            r = self.run_shared_cold(f"tensorfs W13 one loader, {what}", "W13", f"w13-{cache}-one", opts,
+                                     lambda r, mnt: self.load_one(r, files(mnt)))
+            r.extra.update(cache=cache, threads=0, cache_mib=third if cache == "third" else self.args.cache_mib)
+            for n in (8, 32, 64):
+                def body(result, mnt, n=n):
+                    self.run_readers_together(result, [[PYTHON, LOADER_PY, "threads", *files(mnt), "--threads",
+                                                         str(n), "--order", "random", "--seed",
+                                                         str(self.args.seed)]])
+                r = self.run_shared_cold(f"tensorfs W13 {n} threads, {what}", "W13", f"w13-{cache}-{n}", opts, body)
+                r.extra.update(cache=cache, threads=n,
+                               cache_mib=third if cache == "third" else self.args.cache_mib)
+
     def run_w10(self):
         """W10: @stacked/ of a fresh mount, its files loaded in order as W1 loads the shards."""
         def body(result, mnt):
@@ -1331,6 +1407,10 @@ class Bench:
         if "W8M" in w:
             for label, readers in MIXED_RUNS:
                 self.run_mixed(label, readers)
+        if "W12" in w:
+            self.run_w12()
+        if "W13" in w:
+            self.run_w13()
         if "W9" in w:
             for world in a.hosts:
                 self.run_sharded("W9", world, "storage")
@@ -1626,12 +1706,51 @@ def evaluate(bench):
                         gguf[slowest] * CPUS >= bench.total_rate,
                         f"slowest {slowest} {gguf[slowest] / MB:.1f} MB/s per core x {CPUS} = "
                         f"{gguf[slowest] * CPUS / bench.total_rate:.2f}x {bench.total_rate / MB:.1f} MB/s"))
-    rss = [r for r in res if r.system == "tensorfs" and r.peak_rss is not None]
+    out.extend(shared_targets(res))
+    rss = [r for r in res if r.system == "tensorfs" and r.peak_rss is not None and r.workload != "W13"]
     if rss:
         top = max(rss, key=lambda r: r.peak_rss)
         limit = a.cache_mib * MiB + RSS_SLACK
         out.append(("peak RSS <= cache_size + 128 MiB", top.peak_rss <= limit,
                     f"{top.peak_rss / MiB:.0f} MiB ({top.workload}) vs {limit / MiB:.0f} MiB"))
+    return out
+
+
+def shared_targets(res):
+    """W12/W13: readers sharing one mount against one whole loader on the same data and cache."""
+    out = []
+    ok = lambda r: r is not None and not r.error and r.seconds
+    w12 = [r for r in res if r.workload == "W12" and ok(r)]
+    one = next((r for r in w12 if "processes" not in r.extra), None)
+    for r in (x for x in w12 if "processes" in x.extra and one is not None):
+        n = r.extra["processes"]
+        out.append((f"W12 {n} processes: requests <= 1.5 x one loader's", r.requests <= 1.5 * one.requests,
+                    f"{r.requests} vs {one.requests} = {r.requests / one.requests:.2f}x"))
+        out.append((f"W12 {n} processes: bytes fetched <= 1.05 x the checkpoint", r.fetched_ratio <= 1.05,
+                    f"{r.fetched_ratio:.3f}x"))
+        out.append((f"W12 {n} processes: wall <= 1.2 x one loader's", r.seconds <= 1.2 * one.seconds,
+                    f"{r.seconds:.2f} s vs {one.seconds:.2f} s = {r.seconds / one.seconds:.2f}x"))
+    w13 = [r for r in res if r.workload == "W13" and ok(r)]
+    for cache in ("cache", "third"):
+        runs = {r.extra["threads"]: r for r in w13 if r.extra.get("cache") == cache}
+        one, eight = runs.get(0), runs.get(8)
+        what = "the cache" if cache == "cache" else "a third-size cache"
+        for n in (8, 32, 64):
+            r = runs.get(n)
+            if r is None or one is None:
+                continue
+            out.append((f"W13 {n} threads, {what}: requests <= 1.5 x one loader's", r.requests <= 1.5 * one.requests,
+                        f"{r.requests} vs {one.requests} = {r.requests / one.requests:.2f}x"))
+            out.append((f"W13 {n} threads, {what}: bytes fetched <= 1.05 x the checkpoint", r.fetched_ratio <= 1.05,
+                        f"{r.fetched_ratio:.3f}x"))
+            if eight is not None and n != 8:
+                bound = 1.0 if cache == "third" else 1.2
+                out.append((f"W13 {n} threads, {what}: wall <= {bound:g} x 8 threads'", r.seconds <= bound * eight.seconds,
+                            f"{r.seconds:.2f} s vs {eight.seconds:.2f} s = {r.seconds / eight.seconds:.2f}x"))
+            if r.peak_rss is not None:
+                limit = r.extra["cache_mib"] * MiB + RSS_SLACK
+                out.append((f"W13 {n} threads, {what}: peak RSS <= cache_size + 128 MiB", r.peak_rss <= limit,
+                            f"{r.peak_rss / MiB:.0f} MiB vs {limit / MiB:.0f} MiB"))
     return out
 
 
@@ -1796,7 +1915,7 @@ def parse_args(argv):
     p.add_argument("--link-mbit", type=float, default=1000, help="total link rate, Mbit/s")
     p.add_argument("--conn-mbit", type=float, help="rate per connection, Mbit/s (default: link / 10)")
     p.add_argument("--latency-ms", type=float, default=30)
-    p.add_argument("--workloads", help="comma-separated subset of W1..W11, W8M and W11K (default "
+    p.add_argument("--workloads", help="comma-separated subset of W1..W13, W8M and W11K (default "
                                        "W1,W2,W3,W4,W5,W6,W7,W10,W11; with --quick W8 too)")
     p.add_argument("--peers", help="comma-separated subset of naive,staging,rclone,memfs, or 'none' (default: all, "
                                    "none when only W6/W7/W8M run: the peers run W1 to W5)")
@@ -1857,12 +1976,13 @@ def parse_args(argv):
         if x not in W8_MODES:
             p.error(f"unknown W8 mode {x}")
     if a.peers is None:
-        a.peers = ("none" if set(a.workloads) <= {*LAYER_WORKLOADS, *GGUF_WORKLOADS, "W8M"}
+        a.peers = ("none" if set(a.workloads) <= {*LAYER_WORKLOADS, *GGUF_WORKLOADS, "W8M", "W12", "W13"}
                    else "naive,staging,rclone,memfs")
     a.peers = [] if a.peers.strip() == "none" else [x.strip() for x in a.peers.split(",") if x.strip()]
     a.rclone_configs = [x.strip() for x in a.rclone_configs.split(",") if x.strip()]
     for w in a.workloads:
-        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8M", "W9", "W10", "W11", "W11K"):
+        if w not in ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W8M", "W9", "W10", "W11", "W11K", "W12",
+                     "W13"):
             p.error(f"unknown workload {w}")
     for x in a.peers:
         if x not in ("naive", "staging", "rclone", "memfs"):

@@ -33,6 +33,16 @@
       way safetensors' get_slice over a dict of names goes). 1-D tensors are
       sliced along their only dimension. "bytes" is what the slices hold.
 
+  loader.py threads FILE... --threads N [--order storage|random] [--seed N]
+                            [--deadline S] [--start-at T]
+      A threaded loader: every FILE mapped once (one mmap per shard, opened
+      before the threads start), and N threads copying tensors out of the
+      mappings, each taking the next tensor of one list of every tensor of
+      every file (storage order, file after file, or shuffled over all of
+      them): N page faults of N different tensors in flight at once, as a
+      loader's thread pool makes. numpy's copy releases the GIL, so the
+      copies and their faults run in parallel. "bytes" is the tensors'.
+
   loader.py pages FILE... [--start-at T]
       One byte per page: mmap each FILE in turn and read one byte of every
       4 KiB page, in order. The page faults alone, with nothing copied out:
@@ -225,6 +235,45 @@ def load_slices(args):
           "start": started, "end": time.monotonic()})
 
 
+def load_threads(args):
+    import threading
+    mapped = [MappedSafetensors(path) for path in args.files]
+    work = [(st, begin, end) for st in mapped for begin, end in tensor_spans(dict(st.header))]
+    if args.order == "random":
+        random.Random(args.seed).shuffle(work)
+    lock = threading.Lock()
+    state = {"next": 0, "bytes": 0, "tensors": 0, "complete": True}
+    wait_until(args.start_at)
+    started = time.monotonic()
+
+    def worker():
+        while True:
+            with lock:
+                if state["next"] >= len(work):
+                    return
+                if args.deadline and time.monotonic() - started > args.deadline:
+                    state["complete"] = False
+                    return
+                st, begin, end = work[state["next"]]
+                state["next"] += 1
+            data = st.view[st.data_start + begin:st.data_start + end].copy()  # the loader's memcpy
+            del data
+            with lock:
+                state["bytes"] += end - begin
+                state["tensors"] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(args.threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ended = time.monotonic()
+    for st in mapped:
+        st.__exit__()
+    emit({"bytes": state["bytes"], "tensors": state["tensors"], "files": len(args.files),
+          "threads": args.threads, "complete": state["complete"], "start": started, "end": ended})
+
+
 def layers(args):
     source = [int(x) for x in args.source_bytes.split(",")] if args.source_bytes else [0] * len(args.files)
     if len(source) != len(args.files):
@@ -346,6 +395,13 @@ def main():
     p.add_argument("--deadline", type=float)
     p.add_argument("--max-tensors", type=int)
     p.add_argument("--start-at", type=float)
+    p = sub.add_parser("threads")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--order", choices=["storage", "random"], default="random")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--deadline", type=float)
+    p.add_argument("--start-at", type=float)
     p = sub.add_parser("layers")
     p.add_argument("files", nargs="+")
     p.add_argument("--source-bytes", help="comma-separated source bytes of each layer")
@@ -375,6 +431,8 @@ def main():
         load(args)
     elif args.mode == "slice":
         load_slices(args)
+    elif args.mode == "threads":
+        load_threads(args)
     elif args.mode == "layers":
         layers(args)
     elif args.mode == "pages":

@@ -224,6 +224,10 @@ struct FuseHandlers {
 
   static void Read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset, fuse_file_info* fi) {
     Server(req).metrics_.CountReadSize(size);
+    // The open file's reader, read by the thread the request names (the one
+    // that faulted or called read()): each thread of a loader is a reader.
+    ReaderId reader = HandleTable::Get<const ReaderId>(fi->fh);
+    reader.thread = static_cast<uint64_t>(fuse_req_ctx(req)->pid);
     Ns(req).Read(NodeId{ino}, static_cast<uint64_t>(offset), size, [req](StatusOr<ReadResult> result) {
       if (!result.ok()) {
         if (ToErrno(result.status()) == EIO) Server(req).metrics_.reads_failed_eio.fetch_add(1, std::memory_order_relaxed);
@@ -235,7 +239,7 @@ struct FuseHandlers {
         iov.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
       }
       fuse_reply_iov(req, iov.data(), static_cast<int>(iov.size()));
-    }, HandleTable::Get<const ReaderId>(fi->fh));
+    }, reader);
   }
 
   static void Release(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) {

@@ -34,10 +34,30 @@ ChunkCache::Entry* ChunkCache::Find(ExtentId id) {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-bool ChunkCache::Reserve(uint64_t bytes, bool evict_unconsumed) {
+bool ChunkCache::Reserve(uint64_t bytes, Eviction evict) {
+  if (evict == Eviction::kConsumed && speculative_bytes_ + bytes > capacity_ / 2) return false;
   while (used_ + bytes > capacity_ && !consumed_.empty()) Evict(consumed_.front());
-  while (evict_unconsumed && used_ + bytes > capacity_ && !ready_.empty()) Evict(ready_.front());
+  if (evict == Eviction::kConsumed) return used_ + bytes <= capacity_;
+  // Chunks no longer in use (kNotInUse), or any (kAny), LRU first.
+  for (auto it = ready_.begin(); used_ + bytes > capacity_ && it != ready_.end();) {
+    const ExtentId id = *it++;  // Evict erases it from ready_
+    if (evict == Eviction::kAny || !InUse(entries_.at(id))) Evict(id);
+  }
   return used_ + bytes <= capacity_;
+}
+
+void ChunkCache::MarkRead(Entry& e) {
+  if (!e.read && e.prefetched) speculative_bytes_ -= e.range.length;
+  e.read = true;
+  e.read_at = delivered_bytes_;
+}
+
+void ChunkCache::Forget(const Entry& e) {
+  if (!e.read && e.prefetched) speculative_bytes_ -= e.range.length;
+}
+
+bool ChunkCache::InUse(const Entry& e) const {
+  return e.list == Entry::List::kReady && delivered_bytes_ - e.read_at < capacity_;
 }
 
 ChunkCache::Entry& ChunkCache::NewEntry(ByteRange range, bool prefetched, ExtentId* id) {
@@ -45,6 +65,8 @@ ChunkCache::Entry& ChunkCache::NewEntry(ByteRange range, bool prefetched, Extent
   Entry& e = entries_[*id];
   e.range = range;
   e.prefetched = prefetched;
+  e.read_at = delivered_bytes_;
+  if (prefetched) speculative_bytes_ += range.length;
   Charge(static_cast<int64_t>(range.length));
   return e;
 }
@@ -98,6 +120,7 @@ std::optional<std::vector<ChunkWaiter>> ChunkCache::Publish(ExtentId id, std::sh
   Entry& e = it->second;
   std::vector<ChunkWaiter> waiters = std::move(e.waiters);
   if (e.map == nullptr && e.derived == nullptr) {  // replaced while loading
+    Forget(e);
     Charge(-static_cast<int64_t>(e.range.length));
     evicted_.push_back(std::move(chunk));
     entries_.erase(it);
@@ -115,6 +138,7 @@ std::optional<std::vector<ChunkWaiter>> ChunkCache::Fail(ExtentId id) {
   if (it == entries_.end() || it->second.chunk != nullptr) return std::nullopt;
   std::vector<ChunkWaiter> waiters = std::move(it->second.waiters);
   Unlist(id, it->second);
+  Forget(it->second);
   Charge(-static_cast<int64_t>(it->second.range.length));
   entries_.erase(it);
   return waiters;
@@ -123,6 +147,7 @@ std::optional<std::vector<ChunkWaiter>> ChunkCache::Fail(ExtentId id) {
 void ChunkCache::Touch(ExtentId id) {
   Entry* e = Find(id);
   if (e == nullptr || e->list == Entry::List::kNone) return;
+  MarkRead(*e);
   std::list<ExtentId>& list = e->list == Entry::List::kReady ? ready_ : consumed_;
   list.splice(list.end(), list, e->position);
 }
@@ -138,8 +163,10 @@ std::optional<ByteRange> ChunkCache::MarkDelivered(ExtentId id, ByteRange part) 
     if ((e->delivered[p / 64] & bit) == 0) {
       e->delivered[p / 64] |= bit;
       ++e->delivered_pages;
+      delivered_bytes_ += kPage;
     }
   }
+  MarkRead(*e);
   if (e->delivered_pages < (e->range.length + kPage - 1) / kPage) return std::nullopt;
   ready_.erase(e->position);
   e->list = Entry::List::kConsumed;
@@ -162,6 +189,7 @@ void ChunkCache::Evict(ExtentId id) {
     ready_.erase(e.position);
   }
   Unlist(id, e);
+  Forget(e);
   Charge(-static_cast<int64_t>(e.range.length));
   evicted_.push_back(std::move(e.chunk));
   entries_.erase(it);

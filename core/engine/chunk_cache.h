@@ -18,6 +18,25 @@
 // of the chunks it is done with instead of mapping fresh memory); then other
 // ready chunks, LRU. Loading chunks are never evicted.
 //
+// A ready chunk a read took bytes of, and not all of them yet, is in use: its
+// reader is on its way through it (a loader's thread copying its tensor, one
+// rank's rows of it among others'). A read's request may evict only chunks
+// not in use (Eviction::kNotInUse), so that no chunk is fetched again because it
+// was evicted before the kernel took it; where that leaves no room, the read
+// asks for its own bytes only (FetchPlanner::Cover) and the cache goes over
+// its budget by them until they are delivered. A chunk is no longer in use
+// once a cache's worth of bytes (capacity) has been delivered since a read
+// last took bytes of it: its reader has moved on, or will not come back.
+// Likewise a chunk no read has taken bytes of yet (prefetched, or fetched
+// whole for a read of part of it) is waited for until a cache's worth of
+// bytes has been delivered since it was requested.
+// A read's request evicts, after consumed chunks, chunks no longer in use or
+// waited for, LRU first, never others. Prefetches hold at most half the
+// capacity in chunks no read has taken bytes of (speculative bytes, loading
+// ones included): the other half is for the chunks readers are using, and
+// what is fetched ahead of them is not evicted by their reads before they
+// come to it.
+//
 // Thread-safety: none of its own; ReadEngine calls it with its mutex held.
 #ifndef TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
 #define TENSORFS_CORE_ENGINE_CHUNK_CACHE_H_
@@ -59,6 +78,8 @@ class ChunkCache {
     bool prefetched = false;             // started by prefetch rather than a read
     std::vector<uint64_t> delivered;     // bitmap of 4 KiB pages given to the kernel
     uint64_t delivered_pages = 0;
+    bool read = false;                   // a read took bytes of it
+    uint64_t read_at = 0;                // delivered_bytes_ when a read last did, or (none yet) it was made
     enum class List { kNone, kReady, kConsumed } list = List::kNone;
     std::list<ExtentId>::iterator position;
     // Where the entry is listed: its object version's extent map, or (a
@@ -73,6 +94,7 @@ class ChunkCache {
 
   uint64_t capacity() const { return capacity_; }
   uint64_t used() const { return used_; }
+  uint64_t speculative() const { return speculative_bytes_; }
   size_t entries() const { return entries_.size(); }
 
   // The extents of `object` (one version: the generation is part of the id),
@@ -83,9 +105,17 @@ class ChunkCache {
   void DropExtents(const ObjectId& object);
 
   Entry* Find(ExtentId id);
-  // Makes room for `bytes` more: evicts consumed chunks, then (if
-  // `evict_unconsumed`) any ready chunk, LRU first. False if it cannot.
-  bool Reserve(uint64_t bytes, bool evict_unconsumed);
+  // Which ready chunks Reserve may evict: consumed ones only (a prefetch,
+  // which also keeps within the speculative bytes' half of the capacity),
+  // and then those not in use (a read's request), or any (a derived chunk).
+  enum class Eviction { kConsumed, kNotInUse, kAny };
+  // Makes room for `bytes` more: evicts consumed chunks, then (as `evict`
+  // allows) other ready chunks, LRU first. False if it cannot.
+  bool Reserve(uint64_t bytes, Eviction evict);
+  // Whether a read took bytes of ready entry `e`, not all of them, lately,
+  // or it was prefetched lately and no read took bytes of it yet (see "in
+  // use" above): a read's request does not evict it.
+  bool InUse(const Entry& e) const;
   // A new loading extent of `map` over `range`, charged to the budget (call
   // Reserve first). The extents of `map` it overlaps are replaced: ready ones
   // are evicted, loading ones finish only for the reads waiting on them.
@@ -116,6 +146,10 @@ class ChunkCache {
 
  private:
   Entry& NewEntry(ByteRange range, bool prefetched, ExtentId* id);
+  // A read took bytes of `e`.
+  void MarkRead(Entry& e);
+  // `e` leaves the cache.
+  void Forget(const Entry& e);
   // Takes the entry out of its extent map or the derived keys.
   void Unlist(ExtentId id, Entry& e);
   void Evict(ExtentId id);
@@ -126,6 +160,8 @@ class ChunkCache {
   Metrics& metrics_;
   uint64_t used_ = 0;
   uint64_t consumed_bytes_ = 0;  // of the chunks in consumed_
+  uint64_t delivered_bytes_ = 0;  // pages delivered to the kernel, ever (bytes): the clock of InUse
+  uint64_t speculative_bytes_ = 0;  // of entries prefetched that no read took bytes of yet
   ExtentId next_id_ = 1;
   std::unordered_map<ExtentId, Entry> entries_;
   std::map<ObjectId, ExtentMap> maps_;

@@ -38,4 +38,13 @@ void ExtentMap::Erase(const Extent& extent) {
   if (it != by_begin_.end() && it->second.id == extent.id) by_begin_.erase(it);
 }
 
+bool ExtentMap::Covers(ByteRange range) const {
+  uint64_t at = range.offset;
+  for (auto it = FirstEndingAfter(at); at < range.end() && it != by_begin_.end() && it->second.range.offset <= at;
+       ++it) {
+    at = it->second.range.end();
+  }
+  return at >= range.end();
+}
+
 }  // namespace tensorfs

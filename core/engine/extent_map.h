@@ -40,6 +40,8 @@ class ExtentMap {
   // or null. Valid until the map changes.
   const Extent* Exactly(ByteRange range) const;
   bool Holds(ByteRange range) const { return Exactly(range) != nullptr; }
+  // Whether extents, one or several, cover every byte of `range`.
+  bool Covers(ByteRange range) const;
   size_t size() const { return by_begin_.size(); }
 
  private:

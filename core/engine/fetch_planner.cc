@@ -22,14 +22,24 @@ bool FetchPlanner::Request(ObjectState& state, size_t index, bool prefetch, bool
   // read whole tensors): the whole chunk then comes in one request rather
   // than in two or three around the pieces, a few of its bytes twice, and
   // replaces them.
-  if (in_pieces > 0 && in_pieces * tuning_.small_pieces > range.length) {
+  // Nor, for a prefetch, what the kernel holds of it already (given whole).
+  bool given_part = false;
+  if (prefetch && state.together.whole()) {
+    const std::vector<ByteRange> not_given = state.given.NotGiven(range);
+    given_part = not_given.size() != 1 || not_given.front().offset != range.offset ||
+                 not_given.front().length != range.length;
+  }
+  if ((in_pieces > 0 && in_pieces * tuning_.small_pieces > range.length) || given_part) {
     return RequestGaps(state, range, prefetch, range.length) >= 0;
   }
   return RequestExtent(state, range, prefetch, sweep) != 0;
 }
 
 ExtentId FetchPlanner::RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep, int slice) {
-  if (!cache_.Reserve(range.length, /*evict_unconsumed=*/!prefetch) && prefetch) return 0;
+  if (!cache_.Reserve(range.length, prefetch ? ChunkCache::Eviction::kConsumed : ChunkCache::Eviction::kNotInUse) &&
+      prefetch) {
+    return 0;
+  }
   const ExtentId id = cache_.InsertLoading(*state.extents, range, prefetch);
   if (prefetch) metrics_.prefetches.fetch_add(1, std::memory_order_relaxed);
   if (sweep) ++state.sweep_in_flight;
@@ -41,13 +51,13 @@ ExtentId FetchPlanner::RequestExtent(ObjectState& state, ByteRange range, bool p
 }
 
 int64_t FetchPlanner::RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice,
-                                std::vector<ExtentMap::Extent>* tiles) {
+                                std::vector<ExtentMap::Extent>* tiles, std::optional<ByteRange> needed) {
   std::vector<ExtentMap::Extent> found;
   if (tiles == nullptr) found = state.extents->Overlapping(range);
   std::vector<ExtentMap::Extent>& known = tiles == nullptr ? found : *tiles;
   const size_t n = known.size();  // the extents there before; new ones are appended
   int64_t requested = 0;
-  auto request = [&](uint64_t begin, uint64_t end) {
+  auto request_part = [&](uint64_t begin, uint64_t end) {
     for (uint64_t at = begin; at < end;) {
       const ByteRange piece{at, std::min(end - at, std::max<uint64_t>(max_piece, tuning_.page))};
       const ExtentId id = RequestExtent(state, piece, prefetch, /*sweep=*/false, slice);
@@ -55,6 +65,34 @@ int64_t FetchPlanner::RequestGaps(ObjectState& state, ByteRange range, bool pref
       known.push_back(ExtentMap::Extent{piece, id});
       requested += static_cast<int64_t>(piece.length);
       at = piece.end();
+    }
+    return true;
+  };
+  // What the kernel was given whole it holds itself (a piece read, consumed
+  // and evicted, is no extent any more): a prefetch leaves it out, and so does
+  // a read's request past the bytes the read itself needs.
+  auto request = [&](uint64_t first, uint64_t last) {
+    if ((!prefetch && !needed) || !state.together.whole()) return request_part(first, last);
+    std::vector<ByteRange> parts = state.given.NotGiven(ByteRange{first, last - first});
+    if (needed) {
+      const uint64_t b = std::max(first, needed->offset);
+      const uint64_t e = std::min(last, needed->end());
+      if (b < e) {
+        parts.push_back(ByteRange{b, e - b});
+        std::sort(parts.begin(), parts.end(), [](const ByteRange& x, const ByteRange& y) { return x.offset < y.offset; });
+        std::vector<ByteRange> merged;
+        for (const ByteRange& p : parts) {
+          if (!merged.empty() && p.offset <= merged.back().end()) {
+            merged.back().length = std::max(merged.back().end(), p.end()) - merged.back().offset;
+          } else {
+            merged.push_back(p);
+          }
+        }
+        parts = std::move(merged);
+      }
+    }
+    for (const ByteRange& p : parts) {
+      if (!request_part(p.offset, p.end())) return false;
     }
     return true;
   };
@@ -85,6 +123,19 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
     const ByteRange inside = PartWithin(chunk, kind.within);
     return Want{inside, inside.length};
   }
+  // Readers that read the object in no order (its sweep is on) while the
+  // cache cannot hold what such readers will still read (see TopUpSweep):
+  // the read's tensor, not the other tensors of its chunk, whose readers may
+  // come at any time.
+  if (whole && state.sweep && state.together.whole() && host_.SweepsLeft() > cache_.capacity()) {
+    const int k = plan.TensorAt(b);
+    if (k >= 0) {
+      const TensorSpan& t = plan.tensors()[static_cast<size_t>(k)];
+      const uint64_t tb = std::max(chunk.offset, std::min(b & ~(tuning_.page - 1), t.begin));
+      const uint64_t te = std::min(chunk.end(), std::max(t.end, e));
+      return Want{ByteRange{tb, te - tb}, options_.chunk_size};
+    }
+  }
   if (whole && !state.extents->Overlaps(chunk)) return Want{chunk, chunk.length};
   if (whole) return Want{chunk, options_.chunk_size};
   ByteRange want = part;
@@ -103,6 +154,11 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
   } else if (kind.mode == Mode::kNearSlice || kind.mode == Mode::kAround || kind.spans_tensors) {
     want = ByteRange{std::max(b & ~(tuning_.page - 1), chunk.offset), 0};
     want.length = std::min(chunk.end(), (e + tuning_.page - 1) & ~(tuning_.page - 1)) - want.offset;
+  } else if (state.extents->Covers(part)) {
+    // Cached or coming: the read calls for nothing now. Its run on ahead is
+    // the prefetch's (RampWithinTensor), which grows with the reader's run;
+    // bringing the next pages with each read would cut it into pieces.
+    return Want{part, options_.chunk_size};
   } else {
     const uint64_t wb = b & ~(tuning_.page - 1);
     const uint64_t run_on = std::min(kind.run_end, std::max(wb, chunk.offset) + tuning_.first_piece);
@@ -114,7 +170,42 @@ FetchPlanner::Want FetchPlanner::WantOf(const ObjectState& state, ByteRange chun
 }
 
 std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> FetchPlanner::Cover(ObjectState& state,
-                                                                                   const Want& want, ByteRange part) {
+                                                                                   const Want& wanted, ByteRange part) {
+  Want want = wanted;
+  // More than the read's own bytes, where the cache has no room for them but
+  // by evicting chunks readers are using (chunk_cache.h): the part of the
+  // read's tensor in the chunk, else its own bytes only, the cache going over
+  // its budget by them until the kernel takes them. (The rest of a chunk
+  // holding other tensors is for their readers, who may come at any time.)
+  auto missing = [&](ByteRange range) {
+    uint64_t gaps = 0;
+    uint64_t at = range.offset;
+    for (const ExtentMap::Extent& x : state.extents->Overlapping(range)) {
+      if (x.range.offset > at) gaps += x.range.offset - at;
+      at = std::max(at, x.range.end());
+    }
+    return gaps + (at < range.end() ? range.end() - at : 0);
+  };
+  auto clip = [&](uint64_t b, uint64_t e) {
+    b = std::max(want.range.offset, b);
+    e = std::min(want.range.end(), e);
+    return ByteRange{b, e > b ? e - b : 0};
+  };
+  const ByteRange own = clip(part.offset & ~(tuning_.page - 1), (part.end() + tuning_.page - 1) & ~(tuning_.page - 1));
+  const int tensor = state.plan->TensorAt(part.offset);
+  const ByteRange its_tensor =
+      tensor < 0 ? own
+                 : clip(std::min(own.offset, state.plan->tensors()[static_cast<size_t>(tensor)].begin),
+                        std::max(own.end(), state.plan->tensors()[static_cast<size_t>(tensor)].end));
+  for (const ByteRange& smaller : {its_tensor, own}) {
+    if (!state.together.whole()) break;
+    const uint64_t gaps = want.range.length > smaller.length ? missing(want.range) : 0;
+    if (gaps == 0 || cache_.Reserve(gaps, ChunkCache::Eviction::kNotInUse) ||
+        cache_.used() + gaps <= cache_.capacity() + options_.chunk_size) {
+      break;
+    }
+    want.range = smaller;
+  }
   // Requesting the gaps may evict ready extents this read needs: hold them first.
   std::vector<ExtentMap::Extent> tiles = state.extents->Overlapping(want.range);  // RequestGaps appends to it
   std::map<ExtentId, std::shared_ptr<const Chunk>> held;
@@ -123,7 +214,7 @@ std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> FetchPlanner::Cov
       held[x.id] = entry->chunk;
     }
   }
-  RequestGaps(state, want.range, /*prefetch=*/false, want.max_piece, -1, &tiles);
+  RequestGaps(state, want.range, /*prefetch=*/false, want.max_piece, -1, &tiles, part);
   std::sort(tiles.begin(), tiles.end(),
             [](const ExtentMap::Extent& x, const ExtentMap::Extent& y) { return x.range.offset < y.range.offset; });
   std::vector<std::pair<ExtentId, std::shared_ptr<const Chunk>>> cover;
@@ -152,6 +243,8 @@ void FetchPlanner::StartSliceSweep(ObjectState& state, int id, size_t from, uint
 }
 
 void FetchPlanner::TopUpSliceSweep(ObjectState& state, int id, size_t from, uint64_t file_readahead) {
+  // Its readers together read it whole: its chunks come whole, not as windows.
+  if (state.together.whole()) return;
   const AccessModel::ActivePattern* active = model_.Pattern(id);
   if (active == nullptr) state.slice_sweeps.erase(id);
   if (active == nullptr || stopping_) return;
@@ -237,7 +330,7 @@ uint64_t FetchPlanner::RunEnd(const ChunkPlan& plan, const AccessState& access, 
 }
 
 void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range,
-                                    uint64_t run_end) {
+                                    uint64_t run_end, bool meets_next) {
   const ChunkPlan& plan = *state.plan;
   const int index = plan.TensorAt(range.end() - 1);
   // A read within the head chunk is most likely the kernel reading around a
@@ -261,7 +354,9 @@ void FetchPlanner::RampWithinTensor(ObjectState& state, const AccessState& acces
   // that began at its start may read it whole: twice that.
   const uint64_t ahead = std::max(run, tuning_.first_piece);
   const bool within = touch != nullptr && touch->range.offset > t.begin;
-  if (frontier >= limit || frontier >= range.end() + ahead / 2) return;
+  if (frontier >= limit) return;
+  if (meets_next) return PrefetchPieces(state, ByteRange{frontier, limit - frontier});
+  if (frontier >= range.end() + ahead / 2) return;
   PrefetchPieces(state, ByteRange{frontier, std::min(limit, range.end() + (within ? ahead : 2 * ahead)) - frontier});
 }
 
@@ -404,6 +499,7 @@ void FetchPlanner::UpdateStreams(ObjectState& state, AccessState& access, size_t
     if (access.far_jumps >= (access.continued ? 1 : tuning_.sweep_after_jumps) && !state.sweep) {
       state.sweep = true;
       state.sweep_process = access.process;
+      host_.SweepStarted(state);
       spdlog::debug("{}: read out of order; prefetching it whole in storage order", state.info.name);
     }
   }
@@ -481,6 +577,11 @@ void FetchPlanner::ContinueInto(ObjectState& state, uint64_t bytes, uint64_t pro
 
 void FetchPlanner::TopUpSweep(ObjectState& state) {
   const ChunkPlan& plan = *state.plan;
+  // Its readers read it in no order: what the sweep fetches is read at no
+  // particular time, so it pays only when the rest of every object read so
+  // (the readers may go to any of them) fits in the cache; else each chunk
+  // comes when a reader needs it.
+  if (state.together.whole() && state.sweep_next < plan.size() && host_.SweepsLeft() > cache_.capacity()) return;
   const int limit = static_cast<int>(std::max<uint64_t>(1, options_.prefetch_window / options_.chunk_size));
   while (state.sweep_in_flight < limit && state.sweep_next < plan.size()) {
     if (!Request(state, state.sweep_next, /*prefetch=*/true, /*sweep=*/true)) return;

@@ -61,6 +61,11 @@ class FetchPlanner {
     // process whose reader learned `pattern` (a sweep going on into a shard
     // that reader has not opened yet); 0: the mount's now.
     virtual uint64_t FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) = 0;
+    // `state`'s sweep is on: its readers read it in no order.
+    virtual void SweepStarted(const ObjectState& state) = 0;
+    // The bytes not yet requested by the sweeps of every object whose sweep
+    // is on: what readers in no order will still want.
+    virtual uint64_t SweepsLeft() = 0;
 
    protected:
     ~Host() = default;
@@ -135,8 +140,11 @@ class FetchPlanner {
                   uint64_t file_readahead) const;
   // Prefetch for a reader not known yet: the bytes ahead of it within the
   // tensor, up to `run_end` (where its run likely ends: RunEnd, as the read's
-  // own request was bounded), as many as it has read there in a row.
-  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, uint64_t run_end);
+  // own request was bounded), as many as it has read there in a row; all of
+  // them at once where the runs of other readers of the tensor tell where its
+  // own ends (`meets_next`: ReadTogether::SplitEnd).
+  void RampWithinTensor(ObjectState& state, const AccessState& access, ByteRange range, uint64_t run_end,
+                        bool meets_next);
   // Where a reader not known yet, reading `touch`, likely stops reading its
   // tensor: where its rows of the tensor it began before ended, at the same
   // fraction, when it began this one at the fraction it began that one (a slice reader
@@ -172,12 +180,15 @@ class FetchPlanner {
   // a prefetch.
   ExtentId RequestExtent(ObjectState& state, ByteRange range, bool prefetch, bool sweep = false, int slice = -1);
   // Requests the parts of `range` (within one chunk) that no extent covers,
-  // each at most `max_piece` bytes. Returns bytes requested, or -1 when the
-  // cache had no room for a prefetch. `tiles`, when given, holds the extents
-  // overlapping `range` (the caller looked them up); the new ones are
-  // appended to it.
+  // each at most `max_piece` bytes, but for those the kernel was given whole
+  // (ObjectState::given), unless they lie in `needed` (a read's own bytes;
+  // without it, a read's request takes every gap). Returns bytes requested,
+  // or -1 when the cache had no room for a prefetch. `tiles`, when given,
+  // holds the extents overlapping `range` (the caller looked them up); the
+  // new ones are appended to it.
   int64_t RequestGaps(ObjectState& state, ByteRange range, bool prefetch, uint64_t max_piece, int slice = -1,
-                      std::vector<ExtentMap::Extent>* tiles = nullptr);
+                      std::vector<ExtentMap::Extent>* tiles = nullptr,
+                      std::optional<ByteRange> needed = std::nullopt);
   // The same for the object read after `state`'s, when only `left` bytes of
   // this one remain to be fetched for a reader of `process`.
   void ContinueIntoSuccessor(ObjectState& state, uint64_t left, uint64_t process);

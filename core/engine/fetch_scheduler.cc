@@ -120,7 +120,7 @@ uint64_t ReadEngine::RunJob(const FetchJob& job) {
         state.plan = std::move(plan);
         const ByteRange head = chunk->range();
         if (!state.extents->Overlaps(head)) {
-          cache_.Reserve(head.length, /*evict_unconsumed=*/true);
+          cache_.Reserve(head.length, ChunkCache::Eviction::kAny);
           const ExtentId id = cache_.InsertLoading(*state.extents, head, /*prefetched=*/true);
           cache_.Publish(id, std::move(chunk));
         }

@@ -10,6 +10,19 @@ bool GivenRanges::Holds(ByteRange range) const {
   return it != ranges_.begin() && std::prev(it)->second >= range.end();
 }
 
+std::vector<ByteRange> GivenRanges::NotGiven(ByteRange range) const {
+  std::vector<ByteRange> out;
+  uint64_t at = range.offset;
+  auto it = ranges_.upper_bound(at);
+  if (it != ranges_.begin() && std::prev(it)->second > at) --it;
+  for (; it != ranges_.end() && it->first < range.end() && at < range.end(); ++it) {
+    if (it->first > at) out.push_back(ByteRange{at, it->first - at});
+    at = std::max(at, it->second);
+  }
+  if (at < range.end()) out.push_back(ByteRange{at, range.end() - at});
+  return out;
+}
+
 void GivenRanges::Add(ByteRange range) {
   uint64_t begin = range.offset;
   uint64_t end = range.end();
@@ -23,16 +36,21 @@ void GivenRanges::Add(ByteRange range) {
   ranges_.emplace(begin, end);
 }
 
-void GivenRanges::Remove(ByteRange range) {
+bool GivenRanges::Dropped(ByteRange range) {
+  // Only whole pages: the kernel reads the page a given range ends in (part
+  // of it not given) with the bytes after it.
+  constexpr uint64_t kPage = 4096;
   auto it = ranges_.upper_bound(range.offset);
-  if (it != ranges_.begin() && std::prev(it)->second > range.offset) --it;
-  while (it != ranges_.end() && it->first < range.end()) {
-    const uint64_t begin = it->first;
-    const uint64_t end = it->second;
-    it = ranges_.erase(it);
-    if (begin < range.offset) ranges_.emplace(begin, range.offset);
-    if (end > range.end()) it = ranges_.emplace(range.end(), end).first;
+  if (it != ranges_.begin()) --it;
+  for (; it != ranges_.end() && it->first < range.end(); ++it) {
+    const uint64_t b = (it->first + kPage - 1) & ~(kPage - 1);
+    const uint64_t e = it->second & ~(kPage - 1);
+    if (b < e && b < range.end() && e > range.offset) {
+      ranges_.clear();
+      return true;
+    }
   }
+  return false;
 }
 
 }  // namespace tensorfs

@@ -22,6 +22,7 @@
 #include "core/engine/access_model.h"
 #include "core/engine/chunk_plan.h"
 #include "core/engine/extent_map.h"
+#include "core/engine/read_together.h"
 #include "core/store/object_store.h"
 #include "core/util/status.h"
 #include "core/util/types.h"
@@ -75,13 +76,20 @@ struct SliceSweep {
 
 // Byte ranges of a file the kernel received in full, as whole cache entries
 // (merged): the kernel caches them itself, so prefetches made for the file's
-// own readers skip them, cached or not. A kernel read of given bytes (it
-// dropped them) takes them out again.
+// own readers skip them, cached or not. A kernel read of given bytes shows
+// that it dropped them, and most likely others it was given with them (the
+// page cache drops a file's pages by age; drop_caches, or memory wanted
+// elsewhere, drops many at once): what it holds is then not known, and
+// nothing is taken to be given until it is given again.
 class GivenRanges {
  public:
   bool Holds(ByteRange range) const;
+  // The parts of `range` not given, in order.
+  std::vector<ByteRange> NotGiven(ByteRange range) const;
   void Add(ByteRange range);
-  void Remove(ByteRange range);
+  // A kernel read of `range`: if a whole page of it was given, forgets every
+  // range (see above) and returns true.
+  bool Dropped(ByteRange range);
 
  private:
   std::map<uint64_t, uint64_t> ranges_;  // begin -> end
@@ -111,6 +119,9 @@ struct ObjectState {
   std::map<int, SliceSweep> slice_sweeps;  // by pattern id
   std::vector<int> pending_sweeps;         // pattern ids to sweep once the plan is known
   GivenRanges given;
+  // Whether its readers, each reading a part, together read it whole: then it
+  // is served as a whole-tensor loader's (ReadEngine::Read).
+  ReadTogether together;
 };
 
 // One range request, queued for a fetch worker.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <set>
 
 #include "core/safetensors/checkpoint.h"
 #include "core/safetensors/header.h"
@@ -143,21 +144,31 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
   if (r.object != state.info.id()) {  // its first read
     r.object = state.info.id();
     // Its file was opened at the readahead its process's files got then
-    // (Opening says which; else the policy's now, the sink taking each
-    // change before the next open).
+    // (Opening says which, for the open file a thread's reads are of; else
+    // the policy's now, the sink taking each change before the next open).
+    if (!r.opened && reader.thread != 0) {
+      auto open = readers_.find(ReaderId{reader.value, reader.process, 0});
+      if (open != readers_.end() && open->second.opened) {
+        r.file_readahead = open->second.file_readahead;
+        r.opened = true;
+      }
+    }
     if (!r.opened) r.file_readahead = FileReadaheadFor(state.info, reader.process);
     // -o shard=0/1 says so; else a reader whose file was opened at the whole
-    // readers' readahead most likely is one. Its process seen reading whole
-    // tensors, its reads teach nothing; a process not known yet, its file
-    // opened at that readahead because that file's readers before it read
-    // whole tensors (readahead_policy.h), still teaches its slice if it has
-    // one: a slice host reading a loader's checkpoint.
+    // readers' readahead most likely is one, as is a thread of a process seen
+    // reading whole tensors (a loader's threads, its file opened before that
+    // was seen). Its process seen reading whole tensors, its reads teach
+    // nothing; a process not known yet, its file opened at that readahead
+    // because that file's readers before it read whole tensors
+    // (readahead_policy.h), still teaches its slice if it has one: a slice
+    // host reading a loader's checkpoint.
     const bool whole_readahead = !options_.readahead.fixed &&
                                  options_.readahead.whole != options_.readahead.unknown &&
                                  r.file_readahead == options_.readahead.whole;
-    r.clock.presumed_whole = options_.shard_world == 1 || whole_readahead;
-    r.clock.presumed_by_file = options_.shard_world != 1 && whole_readahead &&
-                               readahead_.KindOf(reader.process) != ReadaheadPolicy::Kind::kWhole;
+    const bool whole_process = readahead_.KindOf(reader.process) == ReadaheadPolicy::Kind::kWhole;
+    r.clock.presumed_whole =
+        options_.shard_world == 1 || whole_readahead || (reader.thread != 0 && whole_process);
+    r.clock.presumed_by_file = options_.shard_world != 1 && whole_readahead && !whole_process;
     r.access = AccessState{.process = reader.process};
     for (const Stream& st : state.access.streams) {
       if (st.continuation && MaybeOneProcess(st.process, reader.process)) {
@@ -172,10 +183,16 @@ ReadEngine::ReaderState& ReadEngine::ReaderOf(ReaderId reader, ObjectState& stat
 void ReadEngine::ReleaseReader(ReaderId reader) {
   {
     MutexLock lock(mu_);
-    auto it = readers_.find(reader);
-    if (it == readers_.end()) return;
-    SetKind(it->second, ReadaheadPolicy::Kind::kUnknown);
-    readers_.erase(it);
+    // The open file's, and its threads' (ReaderId orders by value first),
+    // also among its object's readers.
+    for (auto it = readers_.lower_bound(ReaderId{reader.value, reader.process, 0});
+         it != readers_.end() && it->first.value == reader.value && it->first.process == reader.process;) {
+      if (auto object = objects_.find(it->second.object); object != objects_.end()) {
+        object->second.together.Release(reader.value, reader.process);
+      }
+      SetKind(it->second, ReadaheadPolicy::Kind::kUnknown);
+      it = readers_.erase(it);
+    }
   }
   if (readahead_changed_.load(std::memory_order_relaxed)) ApplyReadahead();
 }
@@ -291,6 +308,53 @@ void ReadEngine::ForgetObject(const ObjectId& object) {
   objects_.erase(it);
 }
 
+void ReadEngine::SweepStarted(const ObjectState& state) { swept_.insert(state.info.id()); }
+
+uint64_t ReadEngine::SweepsLeft() {
+  uint64_t left = 0;
+  for (auto it = swept_.begin(); it != swept_.end();) {
+    auto st = objects_.find(*it);
+    if (st == objects_.end() || !st->second.sweep) {
+      it = swept_.erase(it);
+      continue;
+    }
+    const ObjectState& s = st->second;
+    if (s.plan != nullptr && s.sweep_next < s.plan->size()) left += s.info.size - s.plan->Chunk(s.sweep_next).offset;
+    ++it;
+  }
+  return left;
+}
+
+void ReadEngine::ReadTogetherWhole(ObjectState& state) {
+  spdlog::debug("{}: its readers together read it whole: prefetching it whole in storage order", state.info.name);
+  state.sweep = true;
+  state.sweep_process = 0;  // for every reader of it
+  SweepStarted(state);
+  // The same readers read the files after it in their checkpoint as they
+  // read this one; the slice windows their readers' sweeps queued for any of
+  // them are not fetched on their own: the chunks that hold them come whole.
+  std::set<ObjectId> files;
+  for (ObjectState* st = &state; st != nullptr && files.insert(st->info.id()).second;
+       st = st->successor ? &StateOf(*st->successor) : nullptr) {
+    st->together.Inherit();
+    st->slice_sweeps.clear();
+    st->pending_sweeps.clear();
+  }
+  uint64_t withdrawn = 0;
+  for (FetchJob& job :
+       scheduler_.Withdraw([&](const FetchJob& j) { return j.slice >= 0 && files.contains(j.object); })) {
+    const ChunkCache::Entry* entry = cache_.Find(job.extent);
+    if (entry != nullptr && !entry->waiters.empty()) {
+      scheduler_.Push(std::move(job), /*prefetch=*/false);
+      continue;
+    }
+    --objects_.at(job.object).jobs;
+    if (entry != nullptr) cache_.Fail(job.extent);
+    withdrawn += job.range.length;
+  }
+  if (withdrawn > 0) spdlog::debug("{} KiB of queued slice windows not fetched on their own", withdrawn >> 10);
+}
+
 void ReadEngine::DropSweeps(int pattern_id) {
   for (auto& [object, st] : objects_) {
     st.slice_sweeps.erase(pattern_id);
@@ -354,7 +418,8 @@ void ReadEngine::SetReadOrder(const std::vector<ObjectInfo>& objects) {
 
 void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, ReadDone done, ReadHints hints) {
   if (trace_ != nullptr) {
-    trace_->Record(TracedRead{.reader = hints.reader.value, .process = hints.reader.process, .offset = offset,
+    trace_->Record(TracedRead{.reader = hints.reader.value, .process = hints.reader.process,
+                              .thread = hints.reader.thread, .offset = offset,
                               .length = size, .kernel = hints.prefetch, .delivered = hints.delivered,
                               .within = hints.within, .object = object.name});
   }
@@ -397,7 +462,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
     const AccessModel::ActivePattern* pattern = nullptr;
     uint64_t copy_end = UINT64_MAX;  // where the copy this read is part of ends, if known
     // The kernel reading bytes it was given has dropped them.
-    if (op->hints.prefetch && !op->hints.within) state.given.Remove(op->range);
+    if (op->hints.prefetch && !op->hints.within) state.given.Dropped(op->range);
     const bool kernel_read = op->hints.prefetch && !op->hints.within && !plan.tensors().empty();
     AccessState* access = &state.access;
     AccessModel::ReaderClock* reader = &anonymous_;
@@ -439,6 +504,12 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         r.clock.presumed_whole = false;
       } else if (r.clock.presumed_whole && mode != Mode::kWhole) {
         mode = Mode::kWhole;
+      } else if (mode == Mode::kUnknown && r.process != 0 &&
+                 readahead_.KindOf(r.process) == ReadaheadPolicy::Kind::kWhole) {
+        // Its process's readers read whole tensors now: so does this one, most
+        // likely (a loader's thread, begun on its tensor before the first of
+        // them was seen copying one).
+        mode = Mode::kWhole;
       }
       // A read near a pattern's window is that pattern's reader too (the
       // kernel reading around its slice): its sweep starts now, and its
@@ -450,14 +521,32 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
         SetKind(r, ReadaheadPolicy::Kind::kSlice);
       }
     }
+    // Readers that together read the object whole are served as one whole-
+    // tensor loader is (read_together.h): each read's chunk whole, the object
+    // in storage order ahead of them, no reader's slice windows on their own.
+    if (kernel_read && op->hints.reader.value != 0) {
+      state.together.Note(plan, op->range,
+                          {op->hints.reader.value, op->hints.reader.process, op->hints.reader.thread}, tuning_);
+    }
+    if (kernel_read && state.together.TakeNew()) ReadTogetherWhole(state);
+    if (kernel_read && state.together.whole() && mode != Mode::kWholeEnd) {
+      mode = Mode::kWhole;
+      pattern = nullptr;
+    }
     const bool spans_tensors = plan.TensorAt(op->range.offset) != plan.TensorAt(op->range.end() - 1);
     // A reader not known yet is read no further ahead than its run likely
     // ends (a copy's end, or its likely slice's), by its read's own request
     // (WantOf) as by its prefetch (RampWithinTensor).
+    // Where the runs of the tensor's other readers tell that its own most
+    // likely ends (ReadTogether::SplitEnd), it is read up to there at once.
     uint64_t run_end = copy_end;
+    bool run_meets_next = false;
     if (kernel_read && mode == Mode::kUnknown && !spans_tensors) {
       run_end = std::min(run_end, planner_.RunEnd(plan, *access, op->range, op->hints.reader.value != 0,
                                                   file_readahead));
+      const uint64_t split_end = state.together.SplitEnd(plan, op->range);
+      run_meets_next = split_end <= run_end;
+      run_end = std::min(run_end, split_end);
     }
     if (kernel_read && options_.shard_world > 1 && !state.slice_sweeps.contains(model_.patterns().front().id)) {
       // Before its windows are swept: -o shard's slices are the mount's.
@@ -516,7 +605,7 @@ void ReadEngine::Read(const ObjectInfo& object, uint64_t offset, size_t size, Re
                                file_readahead);
     } else if (kernel_read && mode == Mode::kUnknown) {
       if (!spans_tensors) {
-        planner_.RampWithinTensor(state, *access, op->range, run_end);
+        planner_.RampWithinTensor(state, *access, op->range, run_end, run_meets_next);
       }
     } else if (op->hints.prefetch && mode != Mode::kAround && mode != Mode::kWholeEnd) {
       planner_.UpdateStreams(state, *access, first, last, op->range.end(), waited_on_prefetch);
@@ -574,7 +663,7 @@ void ReadEngine::ReadDerived(const ChunkKey& key, uint64_t size, const DeriveFn&
         entry->waiters.push_back(std::move(done));
         return;
       }
-      cache_.Reserve(size, /*evict_unconsumed=*/true);
+      cache_.Reserve(size, ChunkCache::Eviction::kAny);
       id = cache_.InsertDerived(key, size);
       cache_.Find(id)->waiters.push_back(std::move(done));
     }

@@ -49,6 +49,17 @@
 // stream prefetched into a shard for the reader of the one before. A
 // whole-tensor loader of another process, of the same checkpoint or another,
 // changes none of it.
+// A reader is one open file and, within it, one thread (ReaderId::thread): a
+// loader's threads copying different tensors out of one mapping each read
+// their own tensor whole. What the readers of one object read is also taken
+// together (ReadTogether, read_together.h): where several readers each read
+// on from a different place in one tensor (the ranks of a tensor-parallel job
+// on one host), a reader not known yet is read ahead at once to where the
+// next one began (its rows likely end there); once one tensor was read
+// nearly whole by two readers or more together, the object is served as a
+// whole-tensor loader's (every read's chunk whole, the object prefetched in
+// storage order, its readers' slice windows withdrawn), and the cache keeps
+// the chunks such readers are using (chunk_cache.h: "in use").
 // The mode is decided per read by the access model; a read spanning two tensors (the
 // kernel reading around a page near a tensor's edge) fetches only its pages
 // for a reader not known yet.
@@ -130,6 +141,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -176,9 +188,17 @@ namespace tensorfs {
 // learned, which a reader may narrow; whether they read whole tensors, which
 // sets the readahead its next files are opened with); readers of two
 // processes share none of it.
+// `thread`: the thread whose read it is (the id a kernel read request names:
+// the thread that faulted or called read(); 0: not known, and for an open).
+// One open file read by several threads at once is several readers, one a
+// thread: a loader's threads copying different tensors out of one mapping
+// each read their own tensor from end to end, which their reads interleaved
+// would hide. They share what the open file has: its readahead and its
+// process. A thread's reads of another open file are another reader.
 struct ReaderId {
   uint64_t value = 0;
   uint64_t process = 0;
+  uint64_t thread = 0;
   auto operator<=>(const ReaderId&) const = default;
 };
 
@@ -241,7 +261,8 @@ class ReadEngine final : private FetchPlanner::Host {
   // The plan of an object whose head has been fetched; null before.
   std::shared_ptr<const ChunkPlan> PlanOf(const ObjectId& object) EXCLUDES(mu_);
 
-  // The file `reader` was opened on is closed: what was learned of it goes.
+  // The file `reader` was opened on is closed: what was learned of it goes,
+  // of every thread that read it.
   void ReleaseReader(ReaderId reader) EXCLUDES(mu_);
 
   // No file shows the object version `object` any more (the namespace freed
@@ -299,8 +320,9 @@ class ReadEngine final : private FetchPlanner::Host {
     uint64_t last_used = 0;
     ReadaheadPolicy::Kind kind = ReadaheadPolicy::Kind::kUnknown;  // as told to readahead_
     // The readahead its file was opened with (0: the kernel's, or not
-    // known): what Opening handed the sink for it (`opened`), else, from its
-    // first read, what its process's files are opened with then.
+    // known): what Opening handed the sink for it (`opened`; a thread's
+    // reader takes its open file's), else, from its first read, what its
+    // process's files are opened with then.
     uint64_t file_readahead = 0;
     bool opened = false;
   };
@@ -316,6 +338,9 @@ class ReadEngine final : private FetchPlanner::Host {
   // opened with by the process of `pattern`.
   uint64_t FileReadaheadOf(const ObjectState& state, const AccessModel::ActivePattern& pattern) override
       REQUIRES(mu_);
+  // FetchPlanner::Host: sweeps on, and what they have left to request.
+  void SweepStarted(const ObjectState& state) override REQUIRES(mu_);
+  uint64_t SweepsLeft() override REQUIRES(mu_);
   // The readahead a file of `object` opened now by `process` gets.
   uint64_t FileReadaheadFor(const ObjectInfo& object, uint64_t process) REQUIRES(mu_);
   // The state of `reader`, made if new (and the least recently used past
@@ -332,6 +357,10 @@ class ReadEngine final : private FetchPlanner::Host {
   // Stops the sweeps of a pattern the access model gave up, and withdraws
   // its queued windows no read waits for.
   void DropSweeps(int pattern_id) REQUIRES(mu_);
+  // `state`'s readers together read it whole (ReadTogether): it is prefetched
+  // whole in storage order, its slice windows queued and not waited for are
+  // withdrawn, and the file after it is taken to be read so too.
+  void ReadTogetherWhole(ObjectState& state) REQUIRES(mu_);
 
   // Runs a queued fetch; returns the bytes it delivered (0 if it failed).
   uint64_t RunJob(const FetchJob& job) EXCLUDES(mu_);
@@ -374,6 +403,7 @@ class ReadEngine final : private FetchPlanner::Host {
   AccessModel::ReaderClock anonymous_ GUARDED_BY(mu_);  // of the reads that name no reader
   std::map<ReaderId, ReaderState> readers_ GUARDED_BY(mu_);
   std::map<ObjectId, ObjectInfo> read_order_ GUARDED_BY(mu_);  // object -> the one read after it (SetReadOrder)
+  std::set<ObjectId> swept_ GUARDED_BY(mu_);  // objects whose sweep is on (SweepStarted), while their state lasts
   uint64_t engine_clock_ GUARDED_BY(mu_) = 0;  // calls that used object or reader state
   ReadaheadPolicy readahead_ GUARDED_BY(mu_);
   uint64_t readahead_wanted_ GUARDED_BY(mu_) = 0;  // readahead_.Wanted() when last looked at

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 namespace tensorfs {
@@ -20,7 +21,7 @@ StatusOr<std::unique_ptr<ReadTrace>> ReadTrace::Open(const std::string& path_ask
   if (file == nullptr) {
     return InvalidArgumentError("cannot write the read trace " + path + ": " + std::strerror(errno));
   }
-  std::fputs("# tensorfs read trace 3\n", file);
+  std::fputs("# tensorfs read trace 4\n", file);
   return std::unique_ptr<ReadTrace>(new ReadTrace(file));
 }
 
@@ -42,7 +43,8 @@ std::string FormatTracedRead(const TracedRead& read) {
     within = std::to_string(read.within->offset) + "+" + std::to_string(read.within->length) + " ";
   }
   std::string reader = std::to_string(read.reader);
-  if (read.process != 0) reader += "/" + std::to_string(read.process);
+  if (read.process != 0 || read.thread != 0) reader += "/" + std::to_string(read.process);
+  if (read.thread != 0) reader += "/" + std::to_string(read.thread);
   return reader + " " + std::to_string(read.offset) + " " + std::to_string(read.length) + " " +
          flags + " " + within + read.object + "\n";
 }
@@ -59,19 +61,23 @@ StatusOr<std::vector<TracedRead>> ParseReadTrace(std::string_view text) {
     TracedRead read;
     auto bad = [&] { return InvalidArgumentError("read trace line " + std::to_string(line_number) + " is malformed: " +
                                                  std::string(line)); };
-    // A number, then a space; with `second`, optionally "/" and another.
-    auto number = [&](uint64_t* out, uint64_t* second = nullptr) {
+    // A number, then a space; with `more`, optionally "/" and another, as
+    // many times as `more` has places.
+    auto number = [&](uint64_t* out, std::initializer_list<uint64_t*> more = {}) {
       const size_t sp = line.find(' ');
       if (sp == std::string_view::npos) return false;
       const char* const stop = line.data() + sp;
       std::from_chars_result r = std::from_chars(line.data(), stop, *out);
-      if (r.ec == std::errc() && second != nullptr && r.ptr != stop && *r.ptr == '/') {
-        r = std::from_chars(r.ptr + 1, stop, *second);
+      for (uint64_t* next : more) {
+        if (r.ec != std::errc() || r.ptr == stop || *r.ptr != '/') break;
+        r = std::from_chars(r.ptr + 1, stop, *next);
       }
       line.remove_prefix(sp + 1);
       return r.ec == std::errc() && r.ptr == stop;
     };
-    if (!number(&read.reader, &read.process) || !number(&read.offset) || !number(&read.length)) return bad();
+    if (!number(&read.reader, {&read.process, &read.thread}) || !number(&read.offset) || !number(&read.length)) {
+      return bad();
+    }
     const size_t sp = line.find(' ');
     if (sp == std::string_view::npos || sp == 0 || sp + 1 >= line.size()) return bad();
     const std::string_view flags = line.substr(0, sp);

@@ -7,15 +7,17 @@
 // machine (the hosts of a sharded job) each write their own trace.
 //
 // Format, text:
-//   # tensorfs read trace 3
-//   <reader>[/<process>] <offset> <length> <flags> [<within offset>+<within length>] <object name>
-// reader: ReaderId (0: none named), and its process where known; flags: "k" a kernel read of the file
+//   # tensorfs read trace 4
+//   <reader>[/<process>[/<thread>]] <offset> <length> <flags> [<within offset>+<within length>] <object name>
+// reader: ReaderId (0: none named), its process where known, and the thread
+// that made the read where known (ReaderId::thread); flags: "k" a kernel read of the file
 // (ReadHints::prefetch), "v" a read made for a view file, "p" a Prefetch call
 // (a view file's reader asking ahead for source bytes), then "d" when the
 // bytes count as delivered, "w" when the read or prefetch names a `within`
 // range, which follows as its own field. The object name runs to the end of
 // the line. (Version 1 traces had no "p" lines and no `within` field,
-// versions 1 and 2 no process.)
+// versions 1 and 2 no process, versions 1 to 3 no thread: each open file's
+// reads replay as one reader's.)
 //
 // Thread-safety: Record may be called concurrently; lines are whole.
 #ifndef TENSORFS_CORE_ENGINE_READ_TRACE_H_
@@ -38,6 +40,7 @@ namespace tensorfs {
 struct TracedRead {
   uint64_t reader = 0;
   uint64_t process = 0;  // ReaderId::process
+  uint64_t thread = 0;   // ReaderId::thread
   uint64_t offset = 0;
   uint64_t length = 0;
   bool kernel = true;     // "k": ReadHints::prefetch

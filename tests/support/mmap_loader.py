@@ -9,7 +9,11 @@ than --min-tensors tensors (default 1) or --min-bytes bytes were loaded, so an
 empty or half-listed mount never passes.
 
   mmap_loader.py MOUNTED_DIR [--compare SOURCE_DIR] [--order storage|random]
-                 [--min-tensors N] [--min-bytes N]
+                 [--threads N] [--min-tensors N] [--min-bytes N]
+
+With --threads N the safetensors files are all mapped first and N threads copy
+their tensors out of the mappings, each taking the next tensor of one list of
+all of them (in storage order, or shuffled), as a threaded loader does.
 """
 import argparse
 import hashlib
@@ -19,6 +23,7 @@ import os
 import random
 import struct
 import sys
+import threading
 import time
 
 import numpy as np
@@ -52,6 +57,54 @@ def load_file(path, order, seed):
     return digests, copied
 
 
+def load_files_threaded(paths, threads, order, seed):
+    """load_file's results for each of `paths`, copied by `threads` threads."""
+    opened = []
+    views = []  # numpy views of the mappings, dropped before they are closed
+    work = []
+    results = {}
+    try:
+        for path in paths:
+            f = open(path, "rb")
+            mapping = mmap.mmap(f.fileno(), os.fstat(f.fileno()).st_size, prot=mmap.PROT_READ)
+            opened.append((f, mapping))
+            start, header = tensors_of(mapping)
+            views.append(np.frombuffer(mapping, dtype=np.uint8))
+            results[path] = [{}, 0]
+            for name in sorted(header, key=lambda k: header[k]["data_offsets"][0]):
+                begin, end = header[name]["data_offsets"]
+                work.append((path, name, len(views) - 1, start + begin, start + end))
+        if order == "random":
+            random.Random(seed).shuffle(work)
+        lock = threading.Lock()
+        next_item = iter(work)
+
+        def worker():
+            while True:
+                with lock:
+                    item = next(next_item, None)
+                if item is None:
+                    return
+                path, name, index, begin, end = item
+                data = views[index][begin:end].copy()  # the loader's memcpy
+                digest = hashlib.sha256(data.tobytes()).hexdigest()
+                with lock:
+                    results[path][0][name] = digest
+                    results[path][1] += data.size
+
+        pool = [threading.Thread(target=worker) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        views.clear()
+        for f, mapping in opened:
+            mapping.close()
+            f.close()
+    return {path: (digests, copied) for path, (digests, copied) in results.items()}
+
+
 def source_digests(path):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
@@ -79,6 +132,7 @@ def main():
     parser.add_argument("--compare", help="source directory to check the bytes against")
     parser.add_argument("--order", choices=["storage", "random"], default="storage")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=0, help="copy the tensors with this many threads")
     parser.add_argument("--min-tensors", type=int, default=1, help="fail when fewer tensors were loaded")
     parser.add_argument("--min-bytes", type=int, default=1, help="fail when fewer tensor bytes were loaded")
     args = parser.parse_args()
@@ -88,6 +142,16 @@ def main():
     total_tensors = 0
     total_bytes = 0
     started = time.monotonic()
+    threaded = {}
+    if args.threads > 0:
+        paths = []
+        for root, dirs, files in os.walk(args.dir):
+            if args.compare:
+                rel_root = os.path.relpath(root, args.dir)
+                dirs[:] = [d for d in dirs if os.path.isdir(os.path.join(args.compare, rel_root, d))]
+            dirs.sort()
+            paths += [os.path.join(root, n) for n in sorted(files) if n.endswith(".safetensors")]
+        threaded = load_files_threaded(paths, args.threads, args.order, args.seed)
     for root, dirs, files in os.walk(args.dir):
         if args.compare:  # only what the source has: not the virtual views
             rel_root = os.path.relpath(root, args.dir)
@@ -98,7 +162,7 @@ def main():
             rel = os.path.relpath(path, args.dir)
             seen.add(rel)
             if name.endswith(".safetensors"):
-                digests, copied = load_file(path, args.order, args.seed)
+                digests, copied = threaded[path] if path in threaded else load_file(path, args.order, args.seed)
                 total_tensors += len(digests)
                 total_bytes += copied
                 verdict = ""

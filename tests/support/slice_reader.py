@@ -6,7 +6,11 @@ numpy.memmap as JAX's make_array_from_callback does; with --compare DIR it
 checks each slice against the same bytes of DIR/<file name>. Prints one JSON
 line: {"needed": bytes of the slices, "tensors": n}.
 
-  slice_reader.py --rank R --world N [--order storage|random] [--compare DIR] FILE...
+  slice_reader.py --rank R --world N [--order storage|random] [--compare DIR] [--start-at T] FILE...
+
+--start-at T waits until time.monotonic() reaches T (CLOCK_MONOTONIC, one
+clock for every process) first, so that hosts started one after the other
+begin together.
 """
 import argparse
 import json
@@ -14,6 +18,7 @@ import os
 import random
 import struct
 import sys
+import time
 
 import numpy as np
 
@@ -25,7 +30,10 @@ def main():
     p.add_argument("--world", type=int, required=True)
     p.add_argument("--order", choices=["storage", "random"], default="storage")
     p.add_argument("--compare")
+    p.add_argument("--start-at", type=float)
     a = p.parse_args()
+    if a.start_at is not None:
+        time.sleep(max(0.0, a.start_at - time.monotonic()))
     needed = 0
     count = 0
     for path in a.files:

@@ -133,7 +133,7 @@ TEST_F(ChunkCacheTest, NewExtentReplacesTheOnesItOverlaps) {
 // through the delivered bitmap of a shorter entry at the same offset).
 TEST_F(ChunkCacheTest, EvictedExtentsIdNamesNothingAfterItsPlaceIsTaken) {
   const ExtentId old_id = Ready(map_, ByteRange{0, 1 << 20});
-  ASSERT_TRUE(cache_.Reserve(64 << 20, /*evict_unconsumed=*/true));
+  ASSERT_TRUE(cache_.Reserve(64 << 20, ChunkCache::Eviction::kAny));
   EXPECT_EQ(cache_.Find(old_id), nullptr);
   EXPECT_TRUE(map_.Overlapping(ByteRange{0, 1 << 20}).empty()) << "eviction takes it out of the map";
   cache_.TakeEvicted();
@@ -161,7 +161,7 @@ TEST_F(ChunkCacheTest, DerivedChunksAreFoundByKeyAndLeaveWithEviction) {
   const ExtentId id = cache_.InsertDerived(key, 4096);
   EXPECT_EQ(cache_.FindDerived(key), id);
   ASSERT_TRUE(cache_.Publish(id, NewChunk(ByteRange{0, 4096})).has_value());
-  ASSERT_TRUE(cache_.Reserve(64 << 20, /*evict_unconsumed=*/true));
+  ASSERT_TRUE(cache_.Reserve(64 << 20, ChunkCache::Eviction::kAny));
   EXPECT_EQ(cache_.FindDerived(key), std::nullopt);
 }
 

@@ -46,6 +46,8 @@ class RecordingHost : public FetchPlanner::Host {
     queued.push_back(Queued{std::move(job), prefetch});
   }
   uint64_t FileReadaheadOf(const ObjectState&, const AccessModel::ActivePattern&) override { return 0; }
+  void SweepStarted(const ObjectState&) override {}
+  uint64_t SweepsLeft() override { return 0; }
 
   std::vector<ByteRange> Ranges() const {
     std::vector<ByteRange> out;
@@ -70,7 +72,7 @@ class FetchPlannerTest : public ::testing::Test {
 
   // A ready extent over `range` of the object.
   void Cached(ByteRange range) {
-    ASSERT_TRUE(cache_.Reserve(range.length, true));
+    ASSERT_TRUE(cache_.Reserve(range.length, ChunkCache::Eviction::kAny));
     const ExtentId id = cache_.InsertLoading(*state_->extents, range, false);
     ASSERT_TRUE(cache_.Publish(id, std::make_shared<Chunk>(range)).has_value());
   }
@@ -163,7 +165,7 @@ TEST_F(FetchPlannerTest, ChunksTheKernelHoldsAreNotPrefetchedAgain) {
 TEST_F(FetchPlannerTest, APrefetchTheCacheHasNoRoomForIsNotMade) {
   // Loading extents are never evicted: fill the budget with them.
   for (size_t i = 1; i <= options_.cache_size / kChunk; ++i) {
-    ASSERT_TRUE(cache_.Reserve(kChunk, true));
+    ASSERT_TRUE(cache_.Reserve(kChunk, ChunkCache::Eviction::kAny));
     cache_.InsertLoading(cache_.Extents(ObjectId{"other", Generation{}}),
                          ByteRange{i * kChunk, kChunk}, false);
   }

@@ -24,7 +24,7 @@ class ReadEngineTestPeer {
   static void PublishWrongBytes(ReadEngine& engine, const ObjectInfo& object, ByteRange extent, ByteRange bytes) {
     MutexLock lock(engine.mu_);
     ObjectState& state = engine.StateOf(object);
-    engine.cache_.Reserve(extent.length, /*evict_unconsumed=*/true);
+    engine.cache_.Reserve(extent.length, ChunkCache::Eviction::kAny);
     const ExtentId id = engine.cache_.InsertLoading(*state.extents, extent, /*prefetched=*/false);
     engine.cache_.Publish(id, std::make_shared<Chunk>(bytes));
   }

@@ -66,6 +66,7 @@ template <typename Hints>
 void SetReader(Hints& hints, const TracedRead& r) {
   if constexpr (requires { hints.reader.value; }) hints.reader.value = r.reader;
   if constexpr (requires { hints.reader.process; }) hints.reader.process = r.process;
+  if constexpr (requires { hints.reader.thread; }) hints.reader.thread = r.thread;
 }
 
 // Makes the read `r` of `object` and checks it returns the bytes `memory`
@@ -108,16 +109,30 @@ inline EngineOptions MountDefaultsReplayOptions() {
 // of it (a trace records no opens), so that the engine takes each file to be
 // read at the readahead a mount would have opened it with: for traces
 // recorded at a mount's defaults, replayed with MountDefaultsReplayOptions().
+// `read_order`: the engine is told the safetensors files the trace reads, in
+// the order of their names, as the read order of their checkpoint
+// (ReadEngine::SetReadOrder), as a mount tells it of a checkpoint's shards.
 // Returns the requests, sorted within each read; a read that fails or returns
 // other bytes than `memory` holds is returned in *error.
 inline std::vector<ReplayedRequest> ReplayTrace(MemoryStore& memory, const std::vector<TracedRead>& reads,
                                                 bool merge_readers, std::string* error,
                                                 const EngineOptions& options = TraceReplayOptions(),
-                                                bool opens = false) {
+                                                bool opens = false, bool read_order = false) {
   ControlledStore store(memory, /*hold=*/false);
   Metrics metrics;
   ReadEngine engine(store, options, metrics);
   if (opens) engine.SetReadaheadSink([](uint64_t) {});
+  if (read_order) {
+    std::set<std::string> names;
+    for (const TracedRead& r : reads) {
+      if (r.object.ends_with(".safetensors")) names.insert(r.object);
+    }
+    std::vector<ObjectInfo> shards;
+    for (const std::string& name : names) {
+      if (StatusOr<ObjectInfo> info = memory.Stat(name); info.ok()) shards.push_back(*info);
+    }
+    engine.SetReadOrder(shards);
+  }
   std::set<std::pair<uint64_t, std::string>> opened;  // (reader, object)
   std::vector<ReplayedRequest> out;
   size_t seen = 0;

@@ -1,4 +1,5 @@
-// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--mount-defaults] [--debug]:
+// engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--mount-defaults] [--read-order]
+//                     [--debug]:
 // replays a read trace through the engine (see trace_replay.h) and prints the
 // range requests it made, one a line, for the expected-request files next to
 // the traces. --checkpoint: the objects are DIR's files (a trace recorded on
@@ -6,8 +7,11 @@
 // --shard R/N: the engine of a mount given -o shard=R/N; --mount-defaults:
 // the readahead policy of a mount at its defaults applied, each reader's file
 // opened before its first read (a trace recorded at a mount's defaults, not
-// at a fixed readahead); --debug: the engine's debug log (what it learned of
-// each reader) on stdout.
+// at a fixed readahead); --read-order: the engine told the read order of the
+// trace's safetensors files (their names in order), as a mount tells it of a
+// checkpoint's shards; --cache-size BYTES: the cache a mount given -o
+// cache_size= has; --debug: the engine's debug log (what it learned of each
+// reader) on stdout.
 #include <spdlog/spdlog.h>
 
 #include <cinttypes>
@@ -22,6 +26,8 @@ int main(int argc, char** argv) {
   using namespace tensorfs;
   bool merge = false;
   bool mount_defaults = false;
+  bool read_order = false;
+  uint64_t cache_size = 0;
   std::string checkpoint;
   std::string trace;
   EngineOptions options = tensorfs::testing::TraceReplayOptions();
@@ -31,6 +37,10 @@ int main(int argc, char** argv) {
       merge = true;
     } else if (arg == "--mount-defaults") {
       mount_defaults = true;
+    } else if (arg == "--read-order") {
+      read_order = true;
+    } else if (arg == "--cache-size" && i + 1 < argc) {
+      cache_size = std::stoull(argv[++i]);
     } else if (arg == "--debug") {
       spdlog::set_level(spdlog::level::debug);
     } else if (arg == "--checkpoint" && i + 1 < argc) {
@@ -49,7 +59,7 @@ int main(int argc, char** argv) {
   }
   if (trace.empty()) {
     std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] "
-                         "[--mount-defaults] [--debug]\n");
+                         "[--mount-defaults] [--read-order] [--cache-size BYTES] [--debug]\n");
     return 2;
   }
   StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(tensorfs::testing::ReadWhole(trace));
@@ -77,8 +87,9 @@ int main(int argc, char** argv) {
   if (mount_defaults && options.shard_world == 0) {
     options.readahead = tensorfs::testing::MountDefaultsReplayOptions().readahead;
   }
+  if (cache_size != 0) options.cache_size = cache_size;
   std::string error;
-  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error, options, mount_defaults)) {
+  for (const auto& r : tensorfs::testing::ReplayTrace(memory, *reads, merge, &error, options, mount_defaults, read_order)) {
     std::printf("%s\n", r.ToString().c_str());
   }
   if (!error.empty()) {

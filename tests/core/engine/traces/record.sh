@@ -13,10 +13,18 @@
 # force, so the first shard is read at 64 KiB and a process's next file at
 # what its readers were seen to do (readahead_policy.h).
 #
+# --shared records the traces of shared/ instead, on the trace checkpoint
+# mounted at its defaults: readers that share one mount (8 processes each
+# copying its rows r/8 of every tensor, started together; 32 threads of one
+# process copying tensors out of one mapping per shard, shuffled), and one
+# whole loader to compare them with.
+#
 # Then write the expected requests (README.md says how).
 set -euo pipefail
 qwen2=false
+shared=false
 if [[ ${1:-} == --qwen2 ]]; then qwen2=true; shift; fi
+if [[ ${1:-} == --shared ]]; then shared=true; shift; fi
 build=$(realpath "$1")
 shift
 only=" $* "
@@ -47,6 +55,19 @@ record() {
   echo "$name: $(grep -vc '^#' "$here/$name.trace") reads"
 }
 files() { local out=""; for s in "$@"; do out+=" \$M/$s"; done; echo "$out"; }
+
+if $shared; then
+  here=$here/shared
+  mkdir -p "$here"
+  record load "$loader load $(files "${shards[@]}")"
+  ranks=""
+  for rank in 0 1 2 3 4 5 6 7; do
+    ranks+="$loader slice --rank $rank --world 8 --start-at \$at $(files "${shards[@]}") & "
+  done
+  record procs8_slices "at=\$(python3 -c 'import time; print(time.monotonic() + 1)'); $ranks wait"
+  record threads32 "$loader threads --threads 32 --order random --seed 1 $(files "${shards[@]}")"
+  exit 0
+fi
 
 if $qwen2; then
   record load "$loader load $(files "${shards[@]}")"
