@@ -173,6 +173,20 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
                   !NextWindowsFirstPage(plan, k, head->range, it->range, r);
     }
     if (t.size() >= tuning_.copy_min && reader.whole_until <= now && it->grown_at == access.clock) {
+      // Whether `head` and `tail` are a copy's first and last pages, the copy
+      // now back at its first. A later touch at a known slice reader's window
+      // is that reader's first page, not a copy's last (the first touch was
+      // then the kernel reading around the header, its readahead arriving
+      // late). Nor is one at the tensor's end next to the following tensor's
+      // window while the first touch is still in that pattern's window here:
+      // that is a slice reader (rank 0) at its next window, its readahead of
+      // this one arriving late.
+      auto copy = [&](const Touch* head, const Touch* tail) {
+        const Touch* other = tail == &*it ? head : tail;
+        return head != nullptr && tail != nullptr && tail->first_read > head->first_read && !tail->neighbours_fault &&
+               other->grown_at == other->first_read && tail->read_before <= tuning_.copy_tail_max &&
+               !NearKnownWindow(plan, k, tail->range, r) && !NextWindowsFirstPage(plan, k, head->range, tail->range, r);
+      };
       const Touch* head = &*it;
       const Touch* tail = NearestTouch(access, *it, /*after=*/true);
       if (tail != nullptr && tail->range.length > std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
@@ -183,16 +197,26 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
         head = NearestTouch(access, *it, /*after=*/false);
         if (head != nullptr && head->range.length > tuning_.copy_tail_max) head = nullptr;
       }
-      // A later touch at a known slice reader's window is that reader's first
-      // page, not a copy's last (the first touch was then the kernel reading
-      // around the header, its readahead arriving late). Nor is one at the
-      // tensor's end next to the following tensor's window while the first
-      // touch is still in that pattern's window here: that is a slice reader
-      // (rank 0) at its next window, its readahead of this one arriving late.
-      const Touch* other = tail == &*it ? head : tail;
-      if (head != nullptr && tail != nullptr && tail->first_read > head->first_read && !tail->neighbours_fault &&
-          other->grown_at == other->first_read && tail->read_before <= tuning_.copy_tail_max &&
-          !NearKnownWindow(plan, k, tail->range, r) && !NextWindowsFirstPage(plan, k, head->range, tail->range, r)) {
+      // The tensor's first page grown back to after its last page was read: a
+      // whole-tensor copy, also where the kernel's reads of the copy's
+      // readahead came out of order (a readahead is several reads, which the
+      // mount's threads take up at once), so that pieces of it lie between the
+      // two touches as touches of their own (the nearest of which is then no
+      // copy's end).
+      const Touch* last = nullptr;
+      if (it->range.offset == t.begin) {
+        for (const Touch& x : access.touches) {
+          if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.end() == t.end &&
+              x.range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
+            last = &x;
+          }
+        }
+      }
+      if (last != nullptr && copy(&*it, last)) {
+        head = &*it;
+        tail = last;
+      }
+      if (copy(head, tail)) {
         if (head->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;

@@ -23,7 +23,9 @@ harness against GGUF files made by another converter); --types F16,Q8_0 checks o
 
 How close is close. The bounds (BOUNDS) were measured on these models with GGUF files from
 llama.cpp's own converter (convert_hf_to_gguf.py) and llama-quantize, run by the same llama.cpp
-build with its KV cache in F32, and set at about 3x the worst figure seen over all the models:
+build with its KV cache in F32, and set at about 3x the worst figure seen over all the models
+(F16's: on a CPU with AVX-512, where llama.cpp's CPU kernels take other paths, worst err 0.016,
+KL 2.3e-5 and mean KL 3.4e-6; on one without, the figures below):
 
   type     worst err  worst KL  worst mean KL  greedy the same   what remains
   F16      0.005      2e-6      5e-7           all positions     llama.cpp's f32 arithmetic (the
@@ -75,7 +77,7 @@ HANG_GUARD_S = 60
 # nats, the greedy tokens must be the same; min_clear: the least share of such positions (a check
 # on flat distributions would assert nothing). The module comment says where the numbers come from.
 BOUNDS = {
-    "F16": {"err": 0.02, "kl": 1e-5, "mean_kl": 3e-6, "greedy_margin": 0.02, "min_agree": 0.95, "min_clear": 0.5},
+    "F16": {"err": 0.05, "kl": 7e-5, "mean_kl": 1e-5, "greedy_margin": 0.02, "min_agree": 0.95, "min_clear": 0.5},
     "BF16": {"err": 0.25, "kl": 1e-3, "mean_kl": 3e-4, "greedy_margin": 0.1, "min_agree": 0.9, "min_clear": 0.5},
     "Q8_0": {"err": 1.5, "kl": 0.06, "mean_kl": 0.015, "greedy_margin": 0.5, "min_agree": 0.8, "min_clear": 0.5},
     "Q4_K_M": {"err": 15.0, "kl": 5.0, "mean_kl": 1.0, "greedy_margin": 3.0, "min_agree": 0.45, "min_clear": 0.03},

@@ -160,6 +160,32 @@ TEST_F(AccessModelTest, CopyOfAWholeTensorMakesAWholeReaderAndAsksForTheRestOfIt
   EXPECT_TRUE(model_.patterns().empty());
 }
 
+// The kernel's reads of a copy's readahead are several at once, which the
+// mount's threads take up in any order: pieces past the first page's touch
+// come before the piece that grows it, before or after the last page, and lie
+// between the two as touches of their own. The copy is told as the first
+// page's touch grows, as when the reads come in order.
+TEST_F(AccessModelTest, CopyOfAWholeTensorReadOutOfOrderMakesAWholeReader) {
+  const std::vector<ByteRange> reads = CopyReads(T(3).begin, T(3).end);
+  ASSERT_GE(reads.size(), 5u);
+  for (const std::vector<size_t>& order : {std::vector<size_t>{0, 1, 3, 4, 2}, std::vector<size_t>{0, 3, 4, 1, 2}}) {
+    ReaderState r;
+    std::vector<AccessModel::PlannerCall> calls;
+    for (size_t i : order) {
+      const AccessModel::Answer a = Read(r, reads[i]);
+      if (i == 2) {
+        EXPECT_EQ(a.mode, AccessModel::Mode::kWhole) << "the first page's touch grown after the last page";
+      } else {
+        EXPECT_NE(a.mode, AccessModel::Mode::kWhole) << "read " << i << ", before the first page's grew";
+      }
+      calls.insert(calls.end(), a.calls.begin(), a.calls.end());
+    }
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].kind, AccessModel::PlannerCall::Kind::kWholeTensor);
+    EXPECT_EQ(calls[0].tensor, 3u);
+  }
+}
+
 // glibc's memcpy copies large blocks backward when the destination's offset
 // from the source would alias in 4 KiB: the first page, the last, then the
 // rest down from the last. Such a copy is told as soon as the last page's

@@ -1,5 +1,5 @@
 // engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] [--mount-defaults] [--read-order]
-//                     [--debug]:
+//                     [--cache-size BYTES] [--chunk-size BYTES] [--prefetch-window BYTES] [--debug]:
 // replays a read trace through the engine (see trace_replay.h) and prints the
 // range requests it made, one a line, for the expected-request files next to
 // the traces. --checkpoint: the objects are DIR's files (a trace recorded on
@@ -10,7 +10,8 @@
 // at a fixed readahead); --read-order: the engine told the read order of the
 // trace's safetensors files (their names in order), as a mount tells it of a
 // checkpoint's shards; --cache-size BYTES: the cache a mount given -o
-// cache_size= has; --debug: the engine's debug log (what it learned of each
+// cache_size= has; --chunk-size, --prefetch-window BYTES: those of a mount
+// given -o chunk_size=, prefetch_window=; --debug: the engine's debug log (what it learned of each
 // reader) on stdout.
 #include <spdlog/spdlog.h>
 
@@ -41,6 +42,10 @@ int main(int argc, char** argv) {
       read_order = true;
     } else if (arg == "--cache-size" && i + 1 < argc) {
       cache_size = std::stoull(argv[++i]);
+    } else if (arg == "--chunk-size" && i + 1 < argc) {
+      options.chunk_size = std::stoull(argv[++i]);
+    } else if (arg == "--prefetch-window" && i + 1 < argc) {
+      options.prefetch_window = std::stoull(argv[++i]);
     } else if (arg == "--debug") {
       spdlog::set_level(spdlog::level::debug);
     } else if (arg == "--checkpoint" && i + 1 < argc) {
@@ -59,7 +64,8 @@ int main(int argc, char** argv) {
   }
   if (trace.empty()) {
     std::fprintf(stderr, "usage: engine_trace_replay TRACE [--merge-readers] [--checkpoint DIR] [--shard R/N] "
-                         "[--mount-defaults] [--read-order] [--cache-size BYTES] [--debug]\n");
+                         "[--mount-defaults] [--read-order] [--cache-size BYTES] [--chunk-size BYTES] "
+                         "[--prefetch-window BYTES] [--debug]\n");
     return 2;
   }
   StatusOr<std::vector<TracedRead>> reads = ParseReadTrace(tensorfs::testing::ReadWhole(trace));
