@@ -187,11 +187,11 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
                other->grown_at == other->first_read && tail->read_before <= tuning_.copy_tail_max &&
                !NearKnownWindow(plan, k, tail->range, r) && !NextWindowsFirstPage(plan, k, head->range, tail->range, r);
       };
+      // A last page's touch is no longer than its read-around.
+      const uint64_t tail_max = std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max);
       const Touch* head = &*it;
       const Touch* tail = NearestTouch(access, *it, /*after=*/true);
-      if (tail != nullptr && tail->range.length > std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
-        tail = nullptr;
-      }
+      if (tail != nullptr && tail->range.length > tail_max) tail = nullptr;
       if (tail == nullptr && grew_down) {  // backward: this touch is the copy's last page
         tail = &*it;
         head = NearestTouch(access, *it, /*after=*/false);
@@ -206,17 +206,17 @@ AccessModel::Answer AccessModel::Classify(const ChunkPlan& plan, const std::stri
       const Touch* last = nullptr;
       if (it->range.offset == t.begin) {
         for (const Touch& x : access.touches) {
-          if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.end() == t.end &&
-              x.range.length <= std::max<uint64_t>(2 * range.length, tuning_.copy_tail_max)) {
+          if (x.tensor == static_cast<int>(k) && &x != &*it && x.range.end() == t.end && x.range.length <= tail_max) {
             last = &x;
           }
         }
       }
-      if (last != nullptr && copy(&*it, last)) {
+      const bool whole_copy = last != nullptr && copy(&*it, last);
+      if (whole_copy) {
         head = &*it;
         tail = last;
       }
-      if (copy(head, tail)) {
+      if (whole_copy || copy(head, tail)) {
         if (head->range.offset == t.begin && tail->range.end() == t.end) {
           spdlog::debug("{}: tensor {} copied from its start after its end: a whole-tensor reader", name, k);
           reader.whole_until = now + tuning_.whole_memory;

@@ -128,10 +128,9 @@ TEST_F(SharedMountTest, ThirtyTwoThreadsWithACacheAThirdOfTheCheckpointAreFetche
   ASSERT_GT(one.requests, 0u);
   EXPECT_GE(threads.bytes, Bytes());
   // Before, nearly twice the checkpoint. Where the kernel reads the threads'
-  // faults in pieces of 32-64 KiB (its readahead off for a mapping faulted
-  // at many places at once), chunks still go before the kernel took them,
-  // 12-19% of the checkpoint fetched again; bench W13 prints the figure
-  // against its target of 1.05x.
+  // faults in pieces of 32-64 KiB (as a 6.18 kernel does here), chunks still
+  // go before the kernel took them, 12-19% of the checkpoint fetched again;
+  // bench W13 prints the figure against its target of 1.05x.
   EXPECT_LE(threads.bytes, Bytes() + Bytes() / 4) << "chunks fetched again: evicted before the kernel took them";
   EXPECT_LE(threads.requests, 3 * one.requests) << "one loader made " << one.requests;
 }

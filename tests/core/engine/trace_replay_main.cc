@@ -11,8 +11,8 @@
 // trace's safetensors files (their names in order), as a mount tells it of a
 // checkpoint's shards; --cache-size BYTES: the cache a mount given -o
 // cache_size= has; --chunk-size, --prefetch-window BYTES: those of a mount
-// given -o chunk_size=, prefetch_window=; --debug: the engine's debug log (what it learned of each
-// reader) on stdout.
+// given -o chunk_size=, prefetch_window=; --debug: the engine's debug log
+// (what it learned of each reader) on stdout.
 #include <spdlog/spdlog.h>
 
 #include <cinttypes>
